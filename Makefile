@@ -1,0 +1,89 @@
+# Streamscribe — the documented entry points. `make demo` and `make test` work on a fresh machine:
+# every install step lives here or in scripts/ and deploy/local/ (idempotent: a second run
+# downloads nothing).
+
+SHELL := /bin/bash
+PYTHON_BIN ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := redis-server redis-tools espeak-ng sox flite festival festvox-us-slt-hts \
+	festvox-kallpc16k maven openjdk-17-jre-headless prometheus
+PYTEST_ARGS ?=
+
+export STREAMSCRIBE_CACHE ?= $(HOME)/.cache/streamscribe
+export PYTHON := $(abspath $(PY))
+
+.PHONY: help setup system-packages venv kafka-fetch kafka-up kafka-down redis-up redis-down \
+	topics infra-up infra-down test test-unit test-integration lint format demo bench \
+	bench-quick fixtures clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+setup: system-packages venv kafka-fetch  ## everything: Debian packages, .venv, Kafka jars
+
+system-packages:  ## install missing Debian packages (apt-get update once, only if needed)
+	@bash scripts/ensure_system_packages.sh $(APT_PACKAGES)
+
+venv: $(STAMP)  ## virtualenv with the package (editable) and its dev extra
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+kafka-fetch:  ## resolve the Kafka broker jars from Maven Central into the cache
+	@bash deploy/local/kafka.sh fetch
+
+kafka-up: venv kafka-fetch  ## start the local Kafka broker (KRaft) and wait until ready
+	@bash deploy/local/kafka.sh up
+
+kafka-down:  ## stop the local Kafka broker
+	@bash deploy/local/kafka.sh down
+
+redis-up: system-packages  ## start the local Redis
+	@bash deploy/local/redis.sh up
+
+redis-down:  ## stop the local Redis
+	@bash deploy/local/redis.sh down
+
+infra-up: kafka-up redis-up  ## Kafka + Redis
+infra-down: kafka-down redis-down
+
+topics: kafka-up  ## create / align the topics declared in topics/topics.toml
+	@$(VENV)/bin/streamscribe topics apply
+
+test: setup  ## unit + integration tests (starts Kafka and Redis itself unless given by env)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-unit: venv  ## unit tests only (no broker, fast)
+	$(VENV)/bin/pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup  ## integration tests only
+	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
+
+lint: venv  ## ruff (lint + format check) and mypy
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+format: venv  ## apply ruff's formatting and safe fixes
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+demo: setup  ## start everything and run the main job end to end
+	@bash scripts/demo.sh
+
+bench: setup  ## all benchmarks; results under bench/results/
+	$(PY) -m bench.run
+
+bench-quick: setup  ## the benchmarks in quick mode (< 10 minutes)
+	$(PY) -m bench.run --quick
+
+fixtures: system-packages  ## regenerate the speech fixtures under tests/fixtures/
+	python3 scripts/make_fixtures.py
+
+clean: infra-down  ## stop services, remove the virtualenv
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

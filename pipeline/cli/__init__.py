@@ -1,0 +1,51 @@
+"""The ``streamscribe`` command line: one entry point, one subcommand per job.
+
+User mistakes and infrastructure failures print one line (``streamscribe: error: …``) and exit
+non-zero without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from pipeline.cli import config, topics
+from pipeline.cli.options import add_global_options
+from pipeline.errors import ConfigError, StreamscribeError
+
+__all__ = ["build_parser", "main"]
+
+SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (topics.register, config.register)
+
+EXIT_USER_ERROR = 2
+EXIT_RUNTIME_ERROR = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamscribe",
+        description="Kafka-native streaming speech recognition.",
+    )
+    add_global_options(parser)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in SUBCOMMANDS:
+        register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.handler(args)
+    except ConfigError as error:
+        print(f"streamscribe: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except StreamscribeError as error:
+        print(f"streamscribe: error: {error}", file=sys.stderr)
+        return EXIT_RUNTIME_ERROR
+    except KeyboardInterrupt:
+        return 130
+    return result

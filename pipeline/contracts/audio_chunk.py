@@ -1,0 +1,328 @@
+"""The audio-chunk wire contract: a Kafka record whose value *is* the audio.
+
+Record layout (documented for producers in ``schemas/audio_chunk.md``, machine-readable in
+``schemas/audio_chunk.json``; a unit test keeps this module and that file in step):
+
+- key: the call id, UTF-8, 1..128 bytes. Both channels of a call share the key, so they land on
+  one partition and one worker.
+- value: raw audio bytes in the encoding named by a header; no JSON, no base64.
+- headers (ASCII values): see ``Header``. ``ss-version``, ``ss-channel``, ``ss-seq``,
+  ``ss-sample-rate-hz`` and ``ss-encoding`` are required; the rest are optional.
+
+``decode_chunk`` validates a record and returns an ``AudioChunk`` whose payload is a zero-copy
+view of the record value; ``AudioChunk.pcm_int16()`` is a zero-copy ``np.frombuffer`` view for
+``pcm_s16le``. Every way a record can be invalid raises ``ChunkRejectedError`` with a
+``RejectReason``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.contracts.g711 import alaw_decode, mulaw_decode
+from pipeline.errors import ChunkRejectedError
+
+__all__ = [
+    "CONTRACT_VERSION",
+    "MAX_CALL_ID_BYTES",
+    "SUPPORTED_SAMPLE_RATES_HZ",
+    "AudioChunk",
+    "Encoding",
+    "Header",
+    "RejectReason",
+    "decode_chunk",
+    "encode_chunk",
+]
+
+CONTRACT_VERSION = 1
+MAX_CALL_ID_BYTES = 128
+SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
+DEFAULT_MAX_PAYLOAD_BYTES = 65536
+MAX_CHANNEL_LABEL_BYTES = 32
+MAX_TENANT_BYTES = 64
+
+
+class Header(enum.StrEnum):
+    """Kafka header names of an audio chunk (values are ASCII)."""
+
+    VERSION = "ss-version"
+    """Contract version, decimal; this module speaks ``1``."""
+    CHANNEL = "ss-channel"
+    """Channel label: ``mono``, ``agent``, ``customer`` or another ``[a-z0-9_-]`` label."""
+    SEQ = "ss-seq"
+    """Per-(call, channel) sequence number, decimal, from 0, +1 per chunk."""
+    SAMPLE_RATE_HZ = "ss-sample-rate-hz"
+    """Sample rate of the payload: 8000 or 16000."""
+    ENCODING = "ss-encoding"
+    """Payload encoding: ``pcm_s16le``, ``mulaw`` or ``alaw``."""
+    CAPTURE_MS = "ss-capture-ms"
+    """Capture time of the chunk's first sample, epoch milliseconds (optional)."""
+    END_OF_STREAM = "ss-end-of-stream"
+    """``1`` on the last chunk of the (call, channel); its payload may be empty (optional)."""
+    FLUSH = "ss-flush"
+    """``1`` forces a final of the open utterance after this chunk's audio (optional)."""
+    TENANT = "ss-tenant"
+    """Tenant id, selects per-tenant config and hotwords (optional, default ``default``)."""
+
+
+REQUIRED_HEADERS = (
+    Header.VERSION,
+    Header.CHANNEL,
+    Header.SEQ,
+    Header.SAMPLE_RATE_HZ,
+    Header.ENCODING,
+)
+
+
+class Encoding(enum.StrEnum):
+    """Payload encodings and their bytes per sample."""
+
+    PCM_S16LE = "pcm_s16le"
+    MULAW = "mulaw"
+    ALAW = "alaw"
+
+    @property
+    def bytes_per_sample(self) -> int:
+        return 2 if self is Encoding.PCM_S16LE else 1
+
+
+class RejectReason(enum.StrEnum):
+    """Why a chunk went to the dead-letter topic (the ``dlq-reason`` header)."""
+
+    MISSING_KEY = "missing_key"
+    BAD_KEY = "bad_key"
+    MISSING_HEADER = "missing_header"
+    UNKNOWN_VERSION = "unknown_version"
+    BAD_HEADER_VALUE = "bad_header_value"
+    BAD_SEQUENCE = "bad_sequence"
+    UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
+    UNSUPPORTED_ENCODING = "unsupported_encoding"
+    ODD_BYTE_COUNT = "odd_byte_count"
+    OVERSIZE_PAYLOAD = "oversize_payload"
+    EMPTY_PAYLOAD = "empty_payload"
+    OUT_OF_ORDER = "out_of_order"
+    CALL_ALREADY_ENDED = "call_already_ended"
+    CALL_TOO_LONG = "call_too_long"
+    TOO_MANY_SESSIONS = "too_many_sessions"
+
+
+@dataclass(frozen=True, slots=True)
+class AudioChunk:
+    """One validated audio chunk.
+
+    ``payload`` is a view of the record value (no copy); it stays valid as long as the record's
+    value bytes are alive, which the ``memoryview`` itself guarantees.
+    """
+
+    call_id: str
+    channel: str
+    seq: int
+    sample_rate_hz: int
+    encoding: Encoding
+    payload: memoryview
+    capture_ms: int | None = None
+    end_of_stream: bool = False
+    flush: bool = False
+    tenant: str = "default"
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.payload) // self.encoding.bytes_per_sample
+
+    @property
+    def duration_ms(self) -> float:
+        return 1000.0 * self.num_samples / self.sample_rate_hz
+
+    def pcm_int16(self) -> npt.NDArray[np.int16]:
+        """Samples as int16 PCM: a zero-copy view for ``pcm_s16le``, a decoded copy for G.711."""
+        if self.encoding is Encoding.PCM_S16LE:
+            return np.frombuffer(self.payload, dtype="<i2")
+        codes = np.frombuffer(self.payload, dtype=np.uint8)
+        if self.encoding is Encoding.MULAW:
+            return mulaw_decode(codes)
+        return alaw_decode(codes)
+
+    def samples_float32(self) -> npt.NDArray[np.float32]:
+        """The samples scaled to [-1, 1) as float32 at ``sample_rate_hz`` (a new array)."""
+        return self.pcm_int16().astype(np.float32) / 32768.0
+
+
+HeaderList = Sequence[tuple[str, bytes | str | None]]
+
+
+def _header_map(headers: HeaderList | None) -> dict[str, bytes]:
+    """Header list → dict; the last value wins for a repeated name (Kafka allows repeats)."""
+    found: dict[str, bytes] = {}
+    for name, value in headers or ():
+        if value is None:
+            continue
+        found[name] = value.encode() if isinstance(value, str) else bytes(value)
+    return found
+
+
+def _ascii(headers: dict[str, bytes], name: Header) -> str:
+    raw = headers[name]
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ChunkRejectedError(RejectReason.BAD_HEADER_VALUE, f"{name} is not ASCII") from None
+
+
+def _decimal(headers: dict[str, bytes], name: Header, reason: RejectReason) -> int:
+    text = _ascii(headers, name)
+    if not text.isdigit() or len(text) > 19:
+        raise ChunkRejectedError(reason, f"{name}={text!r} is not a non-negative decimal integer")
+    return int(text)
+
+
+def _flag(headers: dict[str, bytes], name: Header) -> bool:
+    if name not in headers:
+        return False
+    text = _ascii(headers, name)
+    if text not in ("0", "1"):
+        raise ChunkRejectedError(RejectReason.BAD_HEADER_VALUE, f"{name}={text!r} must be 0 or 1")
+    return text == "1"
+
+
+def _label(headers: dict[str, bytes], name: Header, max_bytes: int) -> str:
+    text = _ascii(headers, name)
+    allowed = text.replace("_", "").replace("-", "").replace(".", "")
+    if not text or len(text) > max_bytes or not allowed.isalnum() or not allowed.isascii():
+        raise ChunkRejectedError(
+            RejectReason.BAD_HEADER_VALUE,
+            f"{name}={text!r} must be 1..{max_bytes} characters of [A-Za-z0-9._-]",
+        )
+    return text
+
+
+def decode_chunk(
+    key: bytes | None,
+    value: bytes | memoryview | None,
+    headers: HeaderList | None,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> AudioChunk:
+    """Validate one record of ``audio.chunks`` and return its ``AudioChunk``.
+
+    Checks, in this order (the first failure decides the reason): key present and valid UTF-8
+    of at most 128 bytes; required headers present; version known; sample rate, encoding,
+    sequence, flags and labels well formed; payload size within ``max_payload_bytes``, a whole
+    number of samples, and non-empty unless the chunk ends the stream or flushes.
+
+    Raises:
+        ChunkRejectedError: with a ``RejectReason`` value as ``reason``.
+    """
+    if not key:
+        raise ChunkRejectedError(RejectReason.MISSING_KEY, "record has no key (the call id)")
+    if len(key) > MAX_CALL_ID_BYTES:
+        raise ChunkRejectedError(
+            RejectReason.BAD_KEY, f"call id is {len(key)} bytes, at most {MAX_CALL_ID_BYTES}"
+        )
+    try:
+        call_id = bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ChunkRejectedError(RejectReason.BAD_KEY, "call id is not valid UTF-8") from None
+
+    found = _header_map(headers)
+    missing = [str(name) for name in REQUIRED_HEADERS if name not in found]
+    if missing:
+        raise ChunkRejectedError(
+            RejectReason.MISSING_HEADER, f"missing header(s) {', '.join(missing)}"
+        )
+
+    version_text = _ascii(found, Header.VERSION)
+    if version_text != str(CONTRACT_VERSION):
+        raise ChunkRejectedError(
+            RejectReason.UNKNOWN_VERSION,
+            f"{Header.VERSION}={version_text!r}, this worker speaks {CONTRACT_VERSION}",
+        )
+
+    rate_text = _ascii(found, Header.SAMPLE_RATE_HZ)
+    if not rate_text.isdigit() or int(rate_text) not in SUPPORTED_SAMPLE_RATES_HZ:
+        raise ChunkRejectedError(
+            RejectReason.UNSUPPORTED_SAMPLE_RATE,
+            f"{Header.SAMPLE_RATE_HZ}={rate_text!r}, supported: {SUPPORTED_SAMPLE_RATES_HZ}",
+        )
+    sample_rate_hz = int(rate_text)
+
+    encoding_text = _ascii(found, Header.ENCODING)
+    try:
+        encoding = Encoding(encoding_text)
+    except ValueError:
+        supported = ", ".join(e.value for e in Encoding)
+        raise ChunkRejectedError(
+            RejectReason.UNSUPPORTED_ENCODING,
+            f"{Header.ENCODING}={encoding_text!r}, supported: {supported}",
+        ) from None
+
+    seq = _decimal(found, Header.SEQ, RejectReason.BAD_SEQUENCE)
+    channel = _label(found, Header.CHANNEL, MAX_CHANNEL_LABEL_BYTES)
+    tenant = _label(found, Header.TENANT, MAX_TENANT_BYTES) if Header.TENANT in found else "default"
+    capture_ms = (
+        _decimal(found, Header.CAPTURE_MS, RejectReason.BAD_HEADER_VALUE)
+        if Header.CAPTURE_MS in found
+        else None
+    )
+    end_of_stream = _flag(found, Header.END_OF_STREAM)
+    flush = _flag(found, Header.FLUSH)
+
+    payload = memoryview(value if value is not None else b"").cast("B")
+    if len(payload) > max_payload_bytes:
+        raise ChunkRejectedError(
+            RejectReason.OVERSIZE_PAYLOAD,
+            f"payload is {len(payload)} bytes, at most {max_payload_bytes}",
+        )
+    if len(payload) % encoding.bytes_per_sample:
+        raise ChunkRejectedError(
+            RejectReason.ODD_BYTE_COUNT,
+            f"{encoding.value} payload of {len(payload)} bytes is not whole samples",
+        )
+    if not payload and not (end_of_stream or flush):
+        raise ChunkRejectedError(
+            RejectReason.EMPTY_PAYLOAD, "empty payload without end-of-stream or flush flag"
+        )
+    return AudioChunk(
+        call_id=call_id,
+        channel=channel,
+        seq=seq,
+        sample_rate_hz=sample_rate_hz,
+        encoding=encoding,
+        payload=payload,
+        capture_ms=capture_ms,
+        end_of_stream=end_of_stream,
+        flush=flush,
+        tenant=tenant,
+    )
+
+
+def encode_chunk(chunk: AudioChunk) -> tuple[bytes, bytes, list[tuple[str, bytes]]]:
+    """The (key, value, headers) of a record carrying ``chunk``; ``decode_chunk`` inverts it."""
+    headers: list[tuple[str, bytes]] = [
+        (Header.VERSION, str(CONTRACT_VERSION).encode()),
+        (Header.CHANNEL, chunk.channel.encode()),
+        (Header.SEQ, str(chunk.seq).encode()),
+        (Header.SAMPLE_RATE_HZ, str(chunk.sample_rate_hz).encode()),
+        (Header.ENCODING, chunk.encoding.value.encode()),
+        (Header.TENANT, chunk.tenant.encode()),
+    ]
+    if chunk.capture_ms is not None:
+        headers.append((Header.CAPTURE_MS, str(chunk.capture_ms).encode()))
+    if chunk.end_of_stream:
+        headers.append((Header.END_OF_STREAM, b"1"))
+    if chunk.flush:
+        headers.append((Header.FLUSH, b"1"))
+    return chunk.call_id.encode("utf-8"), bytes(chunk.payload), headers
+
+
+def headers_as_text(headers: Iterable[tuple[str, bytes | str | None]] | None) -> dict[str, str]:
+    """Headers as printable text (for events and logs); undecodable bytes become U+FFFD."""
+    return {
+        name: (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
+        for name, value in (headers or ())
+        if value is not None
+    }

@@ -1,0 +1,170 @@
+"""Output records: partials, finals, events and dead-letter reasons (JSON via orjson).
+
+Every record carries ``schema`` (``"<kind>/<version>"``) and is described by a JSON Schema file in
+``schemas/`` that tests validate real output against. Records are keyed by call id. ``to_json``
+is deterministic (sorted keys, no wall-clock fields added) so replays can be compared byte for byte
+once ``emit_ms`` is excluded or fixed.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "DeadLetterInfo",
+    "EndpointReason",
+    "Event",
+    "EventType",
+    "Final",
+    "Partial",
+    "Word",
+    "to_json",
+    "utterance_id",
+]
+
+PARTIAL_SCHEMA = "partial/1"
+FINAL_SCHEMA = "final/1"
+EVENT_SCHEMA = "event/1"
+DEAD_LETTER_SCHEMA = "dead_letter/1"
+
+
+class EndpointReason(enum.StrEnum):
+    """Why an utterance ended."""
+
+    SILENCE = "silence"
+    MAX_LENGTH = "max_length"
+    END_OF_STREAM = "end_of_stream"
+    FORCED = "forced"
+
+
+class EventType(enum.StrEnum):
+    """Kinds of records on ``asr.events``."""
+
+    WORKER_STARTED = "worker_started"
+    WORKER_STOPPED = "worker_stopped"
+    MODEL_LOADED = "model_loaded"
+    PARTITIONS_ASSIGNED = "partitions_assigned"
+    PARTITIONS_REVOKED = "partitions_revoked"
+    PARTITIONS_LOST = "partitions_lost"
+    SESSION_STARTED = "session_started"
+    SESSION_ENDED = "session_ended"
+    CHUNK_REJECTED = "chunk_rejected"
+    SEQUENCE_GAP = "sequence_gap"
+    DUPLICATE_CHUNK = "duplicate_chunk"
+    BACKPRESSURE = "backpressure"
+    PARTIALS_THINNED = "partials_thinned"
+    HALLUCINATION_SUPPRESSED = "hallucination_suppressed"
+    HOTWORDS_UPDATED = "hotwords_updated"
+    DEPENDENCY_DOWN = "dependency_down"
+    DEPENDENCY_UP = "dependency_up"
+
+
+def utterance_id(call_id: str, channel: str, utterance_index: int) -> str:
+    """The deterministic id of an utterance: ``{call}:{channel}:{index}``."""
+    return f"{call_id}:{channel}:{utterance_index}"
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """A recognized word with its audio span (ms from call start) and mean token probability."""
+
+    word: str
+    start_ms: int
+    end_ms: int
+    probability: float
+
+
+@dataclass(frozen=True, slots=True)
+class Partial:
+    """A live, revisable view of an open utterance (may repeat after a failover).
+
+    ``committed_text`` only grows within an utterance; ``tentative_text`` may change freely.
+    ``start_ms``/``end_ms`` are the audio span from the call's first sample; ``capture_ms`` is the
+    capture time (epoch ms) of the newest audio covered, when producers send it.
+    """
+
+    call_id: str
+    channel: str
+    utterance_index: int
+    revision: int
+    committed_text: str
+    tentative_text: str
+    start_ms: int
+    end_ms: int
+    model_id: str
+    emit_ms: int
+    capture_ms: int | None = None
+    tenant: str = "default"
+    schema: str = PARTIAL_SCHEMA
+
+
+@dataclass(frozen=True, slots=True)
+class Final:
+    """The one record of a finished utterance (exactly once for ``read_committed`` readers)."""
+
+    call_id: str
+    channel: str
+    utterance_index: int
+    utterance_id: str
+    text: str
+    words: tuple[Word, ...]
+    start_ms: int
+    end_ms: int
+    endpoint_reason: EndpointReason
+    model_id: str
+    emit_ms: int
+    latency_ms: int | None = None
+    capture_ms: int | None = None
+    tenant: str = "default"
+    schema: str = FINAL_SCHEMA
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterInfo:
+    """Why and where a record was dead-lettered; also the ``dlq-*`` headers of the DLQ record."""
+
+    reason: str
+    detail: str
+    topic: str
+    partition: int
+    offset: int
+    worker_id: str
+    schema: str = DEAD_LETTER_SCHEMA
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        """The ``dlq-*`` headers appended to the original record's headers."""
+        return [
+            ("dlq-reason", self.reason.encode()),
+            ("dlq-detail", self.detail.encode("utf-8", "replace")),
+            ("dlq-topic", self.topic.encode()),
+            ("dlq-partition", str(self.partition).encode()),
+            ("dlq-offset", str(self.offset).encode()),
+            ("dlq-worker", self.worker_id.encode()),
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A lifecycle or log record on ``asr.events``; ``detail`` is type-specific, JSON-safe."""
+
+    type: EventType
+    emit_ms: int
+    source: str
+    call_id: str | None = None
+    channel: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    schema: str = EVENT_SCHEMA
+
+
+def to_dict(record: Partial | Final | Event | DeadLetterInfo) -> dict[str, Any]:
+    """The record as plain JSON-ready data (enums as their string values)."""
+    return asdict(record)
+
+
+def to_json(record: Partial | Final | Event | DeadLetterInfo) -> bytes:
+    """The record as compact UTF-8 JSON with sorted keys (deterministic)."""
+    return orjson.dumps(to_dict(record), option=orjson.OPT_SORT_KEYS)

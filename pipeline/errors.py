@@ -1,0 +1,62 @@
+"""The exception tree of Streamscribe.
+
+Every error the package raises on purpose derives from one root, so callers can catch
+``StreamscribeError`` and user-facing commands can print one clear line::
+
+    StreamscribeError
+    ├── ConfigError            a setting is missing or invalid (user mistake: no traceback)
+    ├── ContractError          a record breaks a wire contract (carries a ``RejectReason``)
+    │   └── ChunkRejectedError      an audio chunk that must go to the dead-letter topic
+    ├── TopicPlanError         the topics file cannot be applied (e.g. lowering partitions)
+    ├── InfrastructureError    Kafka / Redis unreachable or answering with an error
+    └── ModelLoadError         model weights missing, unreadable or of an unknown layout
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ChunkRejectedError",
+    "ConfigError",
+    "ContractError",
+    "InfrastructureError",
+    "ModelLoadError",
+    "StreamscribeError",
+    "TopicPlanError",
+]
+
+
+class StreamscribeError(Exception):
+    """Root of every error raised on purpose by Streamscribe."""
+
+
+class ConfigError(StreamscribeError):
+    """A setting is missing or invalid; the message names the setting and its env variable."""
+
+
+class ContractError(StreamscribeError):
+    """A record does not follow a wire contract in ``schemas/``."""
+
+
+class ChunkRejectedError(ContractError):
+    """An audio chunk that cannot be processed.
+
+    ``reason`` is a stable machine-readable code (a ``RejectReason`` value, also written to the
+    dead-letter record's headers); the message is the human-readable detail.
+    """
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class TopicPlanError(StreamscribeError):
+    """The declared topics cannot be applied to the cluster as they are."""
+
+
+class InfrastructureError(StreamscribeError):
+    """Kafka or Redis is unreachable, or answered with an error we cannot recover from."""
+
+
+class ModelLoadError(StreamscribeError):
+    """Model weights are missing, unreadable or of a layout we do not understand."""
