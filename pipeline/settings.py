@@ -27,6 +27,9 @@ from pipeline.errors import ConfigError
 
 __all__ = [
     "KafkaSettings",
+    "MetricsSettings",
+    "PublisherSettings",
+    "QaSettings",
     "RedisSettings",
     "SettingInfo",
     "Settings",
@@ -76,11 +79,43 @@ class RedisSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PublisherSettings:
+    """How producers cut and send audio (``AudioPublisher``, ``publish``, ``simulate``)."""
+
+    chunk_ms: int = setting(20, "CHUNK_MS", "audio per chunk record, milliseconds")
+    linger_ms: int = setting(
+        5, "PUBLISH_LINGER_MS", "producer batching delay (librdkafka linger.ms)"
+    )
+    delivery_timeout_ms: int = setting(
+        30000, "PUBLISH_DELIVERY_TIMEOUT_MS", "give up on a chunk's delivery after this long"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QaSettings:
+    """The QA analytics app (``streamscribe qa``)."""
+
+    app_id: str = setting("streamscribe-qa", "QA_APP_ID", "faust app id (consumer group, tables)")
+    web_port: int = setting(6066, "QA_WEB_PORT", "port of the QA app's web views and /metrics")
+    rules_file: str = setting("", "QA_RULES_FILE", "compliance rules file (TOML); empty = built-in")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsSettings:
+    """Prometheus exposition of a worker."""
+
+    port: int = setting(9400, "METRICS_PORT", "port of /metrics, /healthz and /readyz (0 = off)")
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting of a Streamscribe process, grouped by concern."""
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
+    publisher: PublisherSettings = field(default_factory=PublisherSettings)
+    qa: QaSettings = field(default_factory=QaSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
 
 @dataclass(frozen=True, slots=True)
