@@ -9,6 +9,7 @@ Every error the package raises on purpose derives from one root, so callers can 
     │   └── ChunkRejectedError      an audio chunk that must go to the dead-letter topic
     ├── TopicPlanError         the topics file cannot be applied (e.g. lowering partitions)
     ├── InfrastructureError    Kafka / Redis unreachable or answering with an error
+    ├── PublishError           produced records were not delivered (delivery report failed)
     └── ModelLoadError         model weights missing, unreadable or of an unknown layout
 """
 
@@ -20,6 +21,7 @@ __all__ = [
     "ContractError",
     "InfrastructureError",
     "ModelLoadError",
+    "PublishError",
     "StreamscribeError",
     "TopicPlanError",
 ]
@@ -56,6 +58,18 @@ class TopicPlanError(StreamscribeError):
 
 class InfrastructureError(StreamscribeError):
     """Kafka or Redis is unreachable, or answered with an error we cannot recover from."""
+
+
+class PublishError(StreamscribeError):
+    """Records sent to Kafka were not delivered: their delivery report failed or never came.
+
+    ``failures`` describes each undelivered record (call, channel, sequence number, broker
+    error), so the caller knows exactly which audio is missing.
+    """
+
+    def __init__(self, detail: str, failures: tuple[str, ...] = ()) -> None:
+        super().__init__(detail)
+        self.failures = failures
 
 
 class ModelLoadError(StreamscribeError):

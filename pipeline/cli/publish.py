@@ -1,0 +1,142 @@
+"""``streamscribe publish FILE --call-id ID``: send an audio file to ``audio.chunks`` as one call.
+
+Mono files go to channel ``mono``; stereo files are split into ``agent`` (left) and
+``customer`` (right). WAV, FLAC and whatever else soundfile reads, at 8 or 16 kHz; other rates
+are refused (resample first, e.g. ``sox in.wav -r 16000 out.wav``) rather than resampled here,
+so what reaches the topic is always the recording's own samples.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.audio.files import read_call_audio
+from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.contracts import Encoding
+from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
+from pipeline.errors import ConfigError
+from pipeline.producer import AudioPublisher, CallStream, CallSummary
+from pipeline.producer.chunking import chunk_samples, to_int16
+from pipeline.producer.pacing import Pacer
+
+__all__ = ["load_frames", "register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "publish", help="send an audio file (wav/flac, 8/16 kHz) to audio.chunks as one call"
+    )
+    parser.add_argument("file", type=Path, metavar="FILE", help="mono or stereo audio file")
+    add_env_option(
+        parser, "--call-id", env="STREAMSCRIBE_CALL_ID", help="call id (record key)", metavar="ID"
+    )
+    add_common_publish_options(parser)
+    add_env_option(
+        parser,
+        "--realtime",
+        env="STREAMSCRIBE_PUBLISH_REALTIME",
+        help="send chunks at the audio's own pace",
+        action="store_true",
+    )
+    add_env_option(
+        parser,
+        "--flush-at-end",
+        env="STREAMSCRIBE_PUBLISH_FLUSH_AT_END",
+        help="send a flush record (forced final) on every channel before end-of-stream",
+        action="store_true",
+    )
+    parser.set_defaults(handler=_publish)
+
+
+def add_common_publish_options(parser: argparse.ArgumentParser) -> None:
+    """``--tenant``, ``--chunk-ms`` and ``--encoding`` (shared with ``simulate``)."""
+    add_env_option(
+        parser, "--tenant", env="STREAMSCRIBE_TENANT", help="tenant id (ss-tenant)", metavar="ID"
+    )
+    add_env_option(
+        parser,
+        "--chunk-ms",
+        env="STREAMSCRIBE_CHUNK_MS",
+        help="audio per record, milliseconds",
+        type=int,
+        metavar="MS",
+    )
+    add_env_option(
+        parser,
+        "--encoding",
+        env="STREAMSCRIBE_PUBLISH_ENCODING",
+        help="payload encoding on the wire (G.711 is encoded here)",
+        choices=[encoding.value for encoding in Encoding],
+        default=Encoding.PCM_S16LE.value,
+    )
+
+
+def load_frames(path: Path) -> tuple[int, tuple[str, ...], npt.NDArray[np.int16]]:
+    """A file's (sample rate, channel labels, int16 frames of shape (n, channels)).
+
+    Raises:
+        ConfigError: unreadable, more than two channels, or a rate other than 8 or 16 kHz.
+    """
+    audio = read_call_audio(path)
+    if audio.sample_rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
+        raise ConfigError(
+            f"{path} is {audio.sample_rate_hz} Hz; publish sends 8000 or 16000 Hz "
+            f"(resample first, e.g. sox {path.name} -r 16000 out.wav)"
+        )
+    columns = [to_int16(samples) for samples in audio.channels.values()]
+    return audio.sample_rate_hz, tuple(audio.channels), np.stack(columns, axis=1)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    if not args.call_id:
+        raise ConfigError("--call-id is required (or STREAMSCRIBE_CALL_ID)")
+    settings = settings_from_args(args)
+    sample_rate_hz, channels, frames = load_frames(args.file)
+    chunk_ms = args.chunk_ms or settings.publisher.chunk_ms
+    with (
+        AudioPublisher.connect(settings) as publisher,
+        publisher.open_call(
+            args.call_id,
+            tenant=args.tenant,
+            channels=channels,
+            sample_rate_hz=sample_rate_hz,
+            encoding=args.encoding,
+            chunk_ms=chunk_ms,
+        ) as call,
+    ):
+        if args.realtime:
+            _push_paced(call, frames, chunk_ms)
+        else:
+            call.push_frames(frames)
+        if args.flush_at_end:
+            call.flush()
+    # Leaving the publisher waited for every delivery report: the summary is final.
+    _print_summary(call.summary(), args.encoding)
+    return 0
+
+
+def _push_paced(call: CallStream, frames: npt.NDArray[np.int16], chunk_ms: int) -> None:
+    step = chunk_samples(chunk_ms, call.sample_rate_hz)
+    pacer = Pacer()
+    for index, start in enumerate(range(0, len(frames), step)):
+        pacer.wait_until(index * chunk_ms)
+        call.push_frames(frames[start : start + step])
+
+
+def _print_summary(summary: CallSummary, encoding: str) -> None:
+    partitions = ",".join(str(p) for p in summary.partitions) or "?"
+    print(
+        f"published call {summary.call_id} to {summary.topic} partition {partitions} "
+        f"({encoding}, {summary.delivered_records} records delivered)"
+    )
+    for stats in summary.channels:
+        print(
+            f"  {stats.channel:<10} {stats.records:>6} records  {stats.audio_ms / 1000:8.2f} s"
+            f"  {stats.payload_bytes:>10} bytes"
+        )
+    print(f"  {'total':<10} {summary.records:>6} records  {summary.payload_bytes:>22} bytes")

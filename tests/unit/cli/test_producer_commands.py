@@ -1,0 +1,77 @@
+"""``publish`` / ``simulate`` user mistakes: one line on stderr, exit 2, before any Kafka I/O."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from pipeline.cli import main
+from pipeline.cli.publish import load_frames
+
+# Nothing listens here: a command that reached Kafka would fail differently (exit 1).
+NO_BROKER = ["--bootstrap", "127.0.0.1:9"]
+
+
+def _wav(path: Path, sample_rate_hz: int, channels: int, num_frames: int = 800) -> Path:
+    frames = np.random.default_rng(0).integers(-9000, 9000, (num_frames, channels), np.int16)
+    soundfile.write(str(path), frames, sample_rate_hz, subtype="PCM_16")
+    return path
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("streamscribe: error: ")
+    return err[0]
+
+
+def test_load_frames_reads_int16_samples_exactly(tmp_path: Path) -> None:
+    path = _wav(tmp_path / "s.wav", 8000, 2)
+    rate, channels, frames = load_frames(path)
+    expected, _ = soundfile.read(str(path), dtype="int16", always_2d=True)
+    assert (rate, channels) == (8000, ("agent", "customer"))
+    assert frames.dtype == np.int16
+    assert np.array_equal(frames, expected)
+
+
+@pytest.mark.parametrize(
+    ("rate", "channels", "match"),
+    [(44100, 1, "44100 Hz; publish sends 8000 or 16000 Hz"), (16000, 3, "3 channels")],
+)
+def test_publish_refuses_unsupported_files(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rate: int, channels: int, match: str
+) -> None:
+    path = _wav(tmp_path / "bad.wav", rate, channels)
+    assert main([*NO_BROKER, "publish", str(path), "--call-id", "c1"]) == 2
+    assert match in _one_error_line(capsys)
+
+
+def test_publish_needs_a_call_id_and_a_readable_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STREAMSCRIBE_CALL_ID", raising=False)
+    path = _wav(tmp_path / "ok.wav", 16000, 1)
+    assert main([*NO_BROKER, "publish", str(path)]) == 2
+    assert "--call-id is required" in _one_error_line(capsys)
+    assert main([*NO_BROKER, "publish", str(tmp_path / "missing.wav"), "--call-id", "c"]) == 2
+    assert "cannot read audio file" in _one_error_line(capsys)
+
+
+def test_simulate_needs_usable_audio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path / "nope")]) == 2
+    assert "not a folder" in _one_error_line(capsys)
+    _wav(tmp_path / "cd.wav", 44100, 2)
+    assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("simulate: skipping ")
+    assert err[-1].startswith("streamscribe: error: no usable")
+
+
+def test_simulate_refuses_a_bad_load(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _wav(tmp_path / "ok.wav", 8000, 1)
+    argv = [*NO_BROKER, "simulate", "--audio-dir", str(tmp_path), "--bad-rate", "2"]
+    assert main(argv) == 2
+    assert "--bad-rate must be within [0, 1]" in _one_error_line(capsys)
