@@ -1,0 +1,258 @@
+"""``/metrics``, ``/healthz`` and ``/readyz`` of a process, on a small threaded HTTP server.
+
+- ``/metrics``: the injected ``CollectorRegistry`` in the format the scraper asks for
+  (Prometheus text or OpenMetrics, by ``Accept`` header).
+- ``/healthz``: 200 while the process can answer HTTP at all (liveness: restart when it cannot).
+- ``/readyz``: the injected readiness callable decides: 200 when every check passes, else 503;
+  both answer a JSON body ``{"ready": bool, "not_ready": [names], "checks": {name: {...}}}``.
+  A readiness callable that raises counts as not ready (check ``readiness``), never as a crash.
+
+The worker supplies readiness (partitions assigned, model loaded, broker reachable);
+``KafkaProbe`` and ``RedisProbe`` are ready-made checks for the broker and Redis, whose results
+also feed ``streamscribe_dependency_up``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import orjson
+import redis
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+from pipeline.errors import InfrastructureError
+from pipeline.runtime.admin import admin_config
+from pipeline.settings import KafkaSettings, MetricsSettings
+
+__all__ = [
+    "HealthServer",
+    "KafkaProbe",
+    "Readiness",
+    "ReadinessCheck",
+    "ReadinessProbe",
+    "RedisProbe",
+    "start_health_server",
+]
+
+logger = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 2.0
+STOP_TIMEOUT_S = 5.0
+# How often the serving thread looks for a stop request: bounds how long ``stop`` waits.
+SHUTDOWN_POLL_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ReadinessCheck:
+    """One named condition of readiness; ``detail`` says why when it fails."""
+
+    name: str
+    ok: bool
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Readiness:
+    """The result of a readiness probe: ready when every check is ok (and vacuously when none)."""
+
+    checks: tuple[ReadinessCheck, ...]
+
+    @classmethod
+    def of(cls, *checks: ReadinessCheck, **conditions: bool) -> Readiness:
+        """``Readiness.of(kafka_check, model_loaded=True, partitions_assigned=False)``."""
+        named = tuple(ReadinessCheck(name, ok) for name, ok in conditions.items())
+        return cls(checks + named)
+
+    @property
+    def ready(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def not_ready(self) -> tuple[str, ...]:
+        return tuple(check.name for check in self.checks if not check.ok)
+
+    def to_json(self) -> bytes:
+        checks: dict[str, Mapping[str, Any]] = {
+            check.name: {"ok": check.ok, "detail": check.detail} for check in self.checks
+        }
+        return orjson.dumps({"ready": self.ready, "not_ready": self.not_ready, "checks": checks})
+
+
+ReadinessProbe = Callable[[], Readiness]
+
+
+class KafkaProbe:
+    """Is the Kafka cluster answering metadata requests? One admin client, reused per check."""
+
+    def __init__(self, settings: KafkaSettings, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self._bootstrap = settings.bootstrap_servers
+        self._timeout_s = timeout_s
+        self._client = AdminClient(admin_config(settings))
+
+    def check(self) -> ReadinessCheck:
+        try:
+            metadata = self._client.list_topics(timeout=self._timeout_s)
+        except KafkaException as error:
+            return ReadinessCheck("kafka", False, f"{self._bootstrap}: {error}")
+        return ReadinessCheck("kafka", True, f"{len(metadata.brokers)} broker(s)")
+
+
+class RedisProbe:
+    """Does Redis answer PING? One client (connection pool), reused per check."""
+
+    def __init__(self, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+        self._client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
+
+    def check(self) -> ReadinessCheck:
+        try:
+            self._client.ping()
+        except redis.RedisError as error:
+            return ReadinessCheck("redis", False, str(error))
+        return ReadinessCheck("redis", True)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class HealthServer:
+    """Serves ``/metrics``, ``/healthz`` and ``/readyz`` from a daemon thread.
+
+    ``port=0`` binds a free port (read it back from ``port`` after ``start``). ``start`` raises
+    ``InfrastructureError`` when the address cannot be bound; ``stop`` is idempotent and returns
+    once the socket is closed. Usable as a context manager (start on enter, stop on exit).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        readiness: ReadinessProbe,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._registry = registry
+        self._readiness = readiness
+        self._host = host
+        self._requested_port = port
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._server is not None:
+            raise RuntimeError("HealthServer already started")
+        try:
+            server = _Server((self._host, self._requested_port), _Handler)
+        except OSError as error:
+            raise InfrastructureError(
+                f"cannot serve /metrics on {self._host}:{self._requested_port}: {error}"
+                " (STREAMSCRIBE_METRICS_PORT / STREAMSCRIBE_METRICS_HOST)"
+            ) from None
+        server.registry = self._registry
+        server.readiness = self._readiness
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_S},
+            name="health-http",
+            daemon=True,
+        )
+        self._thread.start()
+        logger.info("serving /metrics, /healthz, /readyz on %s", self.url)
+
+    @property
+    def port(self) -> int:
+        """The bound port (the chosen one when started with ``port=0``)."""
+        if self._server is None:
+            raise RuntimeError("HealthServer not started")
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{self._host}:{self.port}"
+
+    def stop(self) -> None:
+        server, thread = self._server, self._thread
+        if server is None or thread is None:
+            return
+        server.shutdown()
+        server.server_close()
+        thread.join(STOP_TIMEOUT_S)
+        self._server = self._thread = None
+
+    def __enter__(self) -> HealthServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+
+def start_health_server(
+    settings: MetricsSettings, registry: CollectorRegistry, readiness: ReadinessProbe
+) -> HealthServer | None:
+    """Start the endpoints on ``settings.host:settings.port``; None when ``port`` is 0 (off)."""
+    if settings.port == 0:
+        return None
+    server = HealthServer(registry, readiness, host=settings.host, port=settings.port)
+    server.start()
+    return server
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    registry: CollectorRegistry
+    readiness: ReadinessProbe
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        self._respond(include_body=True)
+
+    def do_HEAD(self) -> None:
+        self._respond(include_body=False)
+
+    def _respond(self, include_body: bool) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            status, body = HTTPStatus.OK, encoder(self.server.registry)
+        elif path == "/healthz":
+            status, body, content_type = HTTPStatus.OK, b'{"alive":true}', "application/json"
+        elif path == "/readyz":
+            readiness = self._readiness()
+            status = HTTPStatus.OK if readiness.ready else HTTPStatus.SERVICE_UNAVAILABLE
+            body, content_type = readiness.to_json(), "application/json"
+        else:
+            status, body, content_type = HTTPStatus.NOT_FOUND, b"not found\n", "text/plain"
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if include_body:
+            self.wfile.write(body)
+
+    def _readiness(self) -> Readiness:
+        try:
+            return self.server.readiness()
+        # The readiness callable is the worker's code: whatever it raises means "not ready",
+        # and the probe endpoint itself must keep answering.
+        except Exception as error:
+            logger.exception("readiness probe failed")
+            return Readiness((ReadinessCheck("readiness", False, repr(error)),))
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Probes and scrapes arrive every few seconds; keep them out of the default stderr log.
+        logger.debug("%s " + format, self.address_string(), *args)
