@@ -26,6 +26,8 @@ from typing import Any, TypeVar, get_type_hints
 from pipeline.errors import ConfigError
 
 __all__ = [
+    "AsrSettings",
+    "HotwordSettings",
     "KafkaSettings",
     "MetricsSettings",
     "PublisherSettings",
@@ -33,6 +35,7 @@ __all__ = [
     "RedisSettings",
     "SettingInfo",
     "Settings",
+    "WorkerSettings",
     "describe_settings",
     "load_settings",
     "masked_client_config",
@@ -79,6 +82,68 @@ class RedisSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AsrSettings:
+    """The recognizer and its streaming policy (per process; tenants share the model)."""
+
+    model_dir: str = setting(
+        "", "MODEL_DIR", "CTranslate2 Whisper directory; empty = bundled tiny.en"
+    )
+    device: str = setting("auto", "DEVICE", "torch device: auto (cuda when present), cpu, cuda")
+    threads: int = setting(0, "TORCH_THREADS", "CPU threads for torch; 0 = all cores")
+    hop_ms: int = setting(500, "HOP_MS", "re-decode an open utterance every this much audio")
+    min_decode_ms: int = setting(500, "MIN_DECODE_MS", "first partial after this much speech")
+    max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass")
+    margin_ms: int = setting(2000, "WINDOW_MARGIN_MS", "silence appended to each decoding window")
+    vad_threshold: float = setting(0.5, "VAD_THRESHOLD", "speech probability that starts speech")
+    speech_pad_ms: int = setting(60, "SPEECH_PAD_MS", "audio kept around detected speech")
+    endpoint_silence_ms: int = setting(
+        800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance"
+    )
+    max_utterance_ms: int = setting(20000, "MAX_UTTERANCE_MS", "longest utterance before a cut")
+    partials: bool = setting(True, "PARTIALS", "publish partial transcripts")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSettings:
+    """The ASR worker (``streamscribe worker``)."""
+
+    group_id: str = setting("streamscribe-asr", "GROUP_ID", "consumer group of the ASR workers")
+    worker_id: str = setting(
+        "", "WORKER_ID", "stable id of this worker (transactional id); empty = host-pid"
+    )
+    static_membership: bool = setting(
+        False, "STATIC_MEMBERSHIP", "use worker_id as group.instance.id (static membership)"
+    )
+    poll_batch: int = setting(1000, "POLL_BATCH", "most records taken per poll")
+    poll_timeout_ms: int = setting(20, "POLL_TIMEOUT_MS", "longest wait for records per poll")
+    commit_interval_ms: int = setting(
+        1000, "COMMIT_INTERVAL_MS", "commit offsets and checkpoints at least this often"
+    )
+    checkpoint_interval_ms: int = setting(
+        5000, "CHECKPOINT_INTERVAL_MS", "snapshot an idle session's progress at most this often"
+    )
+    idle_timeout_ms: int = setting(
+        30000, "IDLE_TIMEOUT_MS", "close a session after this long without audio"
+    )
+    max_call_ms: int = setting(14_400_000, "MAX_CALL_MS", "longest call per channel (audio ms)")
+    max_open_sessions: int = setting(2000, "MAX_OPEN_SESSIONS", "most open sessions per worker")
+    max_chunk_bytes: int = setting(65536, "MAX_CHUNK_BYTES", "largest accepted audio payload")
+    max_pending_jobs: int = setting(
+        64, "MAX_PENDING_JOBS", "pause partitions when more decodes than this are due"
+    )
+    max_step_jobs: int = setting(64, "MAX_STEP_JOBS", "most decodes per engine step")
+    session_timeout_ms: int = setting(
+        10000, "KAFKA_SESSION_TIMEOUT_MS", "group session timeout (failover detection)"
+    )
+    transaction_timeout_ms: int = setting(
+        10000, "TRANSACTION_TIMEOUT_MS", "abort a dead worker's open transaction after this"
+    )
+    shutdown_timeout_ms: int = setting(
+        10000, "SHUTDOWN_TIMEOUT_MS", "SIGTERM: exit within this long"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class PublisherSettings:
     """How producers cut and send audio (``AudioPublisher``, ``publish``, ``simulate``)."""
 
@@ -89,22 +154,88 @@ class PublisherSettings:
     delivery_timeout_ms: int = setting(
         30000, "PUBLISH_DELIVERY_TIMEOUT_MS", "give up on a chunk's delivery after this long"
     )
+    tenant: str = setting("default", "TENANT", "tenant id of published calls (ss-tenant)")
 
 
 @dataclass(frozen=True, slots=True)
 class QaSettings:
     """The QA analytics app (``streamscribe qa``)."""
 
-    app_id: str = setting("streamscribe-qa", "QA_APP_ID", "faust app id (consumer group, tables)")
+    app_id: str = setting(
+        "streamscribe-qa",
+        "QA_APP_ID",
+        "faust app id (consumer group, table and internal topic names; the topic prefix is "
+        "prepended)",
+    )
     web_port: int = setting(6066, "QA_WEB_PORT", "port of the QA app's web views and /metrics")
+    web_bind: str = setting("0.0.0.0", "QA_WEB_BIND", "address the QA app's web server binds")
     rules_file: str = setting("", "QA_RULES_FILE", "compliance rules file (TOML); empty = built-in")
+    partitions: int = setting(
+        6,
+        "QA_PARTITIONS",
+        "partitions of the QA app's internal input topic and table changelogs (fixed once created)",
+    )
+    idle_timeout_ms: int = setting(
+        1_800_000,
+        "QA_IDLE_TIMEOUT_MS",
+        "a call without session_ended for every channel ends after this long without records",
+    )
+    end_grace_ms: int = setting(
+        5_000,
+        "QA_END_GRACE_MS",
+        "an ended call whose session_ended events carry no finals count (detail.utterances) is "
+        "published once it has been quiet this long (finals and events arrive on different topics)",
+    )
+    retention_ms: int = setting(
+        86_400_000,
+        "QA_RETENTION_MS",
+        "ended calls stay in the QA tables (late finals, web views) this long",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class MetricsSettings:
-    """Prometheus exposition of a worker."""
+    """Prometheus exposition and probes of a worker (``pipeline.runtime.health``)."""
 
     port: int = setting(9400, "METRICS_PORT", "port of /metrics, /healthz and /readyz (0 = off)")
+    host: str = setting(
+        "0.0.0.0", "METRICS_HOST", "address /metrics, /healthz and /readyz listen on"
+    )
+    gpu_sample_interval_ms: int = setting(
+        5000, "METRICS_GPU_SAMPLE_INTERVAL_MS", "period of GPU utilization and memory sampling"
+    )
+    probe_timeout_ms: int = setting(
+        2000, "METRICS_PROBE_TIMEOUT_MS", "timeout of one Kafka / Redis reachability probe"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class HotwordSettings:
+    """Hotword lists in Redis and how strongly they bias decoding (``docs/hotwords.md``)."""
+
+    key_prefix: str = setting(
+        "ss:hotwords", "HOTWORDS_KEY_PREFIX", "prefix of hotword keys and channel in Redis"
+    )
+    call_ttl_s: int = setting(
+        86400, "HOTWORDS_CALL_TTL_S", "a per-call list expires this long after its last change"
+    )
+    start_bonus: float = setting(
+        5.0, "HOTWORDS_START_BONUS", "logit bonus of a phrase's first token (× its boost)"
+    )
+    continue_bonus: float = setting(
+        7.0,
+        "HOTWORDS_CONTINUE_BONUS",
+        "logit bonus of the next token of a phrase in progress (× its boost)",
+    )
+    resync_interval_ms: int = setting(
+        30000, "HOTWORDS_RESYNC_INTERVAL_MS", "version check (reload on mismatch) and TTL sweep"
+    )
+    reconnect_initial_ms: int = setting(
+        100, "HOTWORDS_RECONNECT_INITIAL_MS", "first reconnect delay after Redis is lost"
+    )
+    reconnect_max_ms: int = setting(
+        10000, "HOTWORDS_RECONNECT_MAX_MS", "longest reconnect delay (exponential backoff)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +244,12 @@ class Settings:
 
     kafka: KafkaSettings = field(default_factory=KafkaSettings)
     redis: RedisSettings = field(default_factory=RedisSettings)
+    asr: AsrSettings = field(default_factory=AsrSettings)
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
     publisher: PublisherSettings = field(default_factory=PublisherSettings)
     qa: QaSettings = field(default_factory=QaSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    hotwords: HotwordSettings = field(default_factory=HotwordSettings)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,33 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.cli import config, topics
+from pipeline.cli import (
+    config,
+    hotwords,
+    metrics,
+    publish,
+    qa,
+    simulate,
+    topics,
+    transcribe,
+    worker,
+)
 from pipeline.cli.options import add_global_options
 from pipeline.errors import ConfigError, StreamscribeError
 
 __all__ = ["build_parser", "main"]
 
-SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (topics.register, config.register)
+SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (
+    topics.register,
+    config.register,
+    metrics.register,
+    publish.register,
+    simulate.register,
+    qa.register,
+    transcribe.register,
+    hotwords.register,
+    worker.register,
+)
 
 EXIT_USER_ERROR = 2
 EXIT_RUNTIME_ERROR = 1

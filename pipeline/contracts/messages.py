@@ -53,6 +53,7 @@ class EventType(enum.StrEnum):
     SESSION_STARTED = "session_started"
     SESSION_ENDED = "session_ended"
     CHUNK_REJECTED = "chunk_rejected"
+    RECORD_REJECTED = "record_rejected"
     SEQUENCE_GAP = "sequence_gap"
     DUPLICATE_CHUNK = "duplicate_chunk"
     BACKPRESSURE = "backpressure"

@@ -1,0 +1,415 @@
+"""The streaming engine: every session's audio through batched VAD and batched recognition.
+
+``accept`` appends a chunk to its session (cheap, no model call). ``step`` does the work for all
+sessions at once, in flow order:
+
+1. VAD: every session with whole frames waiting is scored, one batched VAD call per frame
+   position (each stream keeps its own recurrent state); the gate and endpoint rules turn the
+   probabilities into utterances and endpoint decisions.
+2. Recognition: every session that is due — an endpoint was decided (a final) or its open
+   utterance grew by ``hop_ms`` (a partial) — is decoded in batches of at most ``max_batch``,
+   finals first. One ``step`` serves every due session, so none waits on others for more than one
+   step; ``max_jobs`` lets a caller bound the work of one call (the rest stays due).
+3. Outputs: partials (LocalAgreement-2 over the hops: committed + tentative), finals (text, word
+   timings and probabilities), suppressed hypotheses (hallucination guards), ended sessions.
+
+Determinism. A final is decoded from its utterance's audio alone (no committed prefix), so it
+depends only on the audio and the segmentation, which depend only on the audio: replays, and
+sessions rebuilt after a failover, produce the same finals whatever the batching or timing.
+Partials use the committed prefix (work is not repeated) and may differ between runs.
+
+Time comes from the audio (sample counts) and from the injected ``Clock`` for ``emit_ms`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.asr.endpoint import EndpointConfig, EndpointReason
+from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
+from pipeline.asr.recognizer import Recognition, RecognitionRequest, Recognizer, TokenBias
+from pipeline.asr.session import (
+    SAMPLES_PER_MS,
+    FinalJob,
+    Session,
+    SessionKey,
+    SessionSnapshot,
+    SessionStats,
+)
+from pipeline.asr.vad import SpeechGateConfig
+from pipeline.clock import Clock, WallClock
+from pipeline.contracts.messages import Final, Partial, Word, utterance_id
+from pipeline.errors import ConfigError
+
+__all__ = [
+    "BiasSource",
+    "EngineConfig",
+    "EngineOutput",
+    "SessionEnded",
+    "StreamingEngine",
+    "Suppressed",
+    "VadModel",
+]
+
+
+class BiasSource(Protocol):
+    """Hotword biasing for a session: the bias to apply to its next decode, or None."""
+
+    def bias_for(self, tenant: str, call_id: str) -> TokenBias | None: ...
+
+
+class VadModel(Protocol):
+    """The batched VAD the engine needs (``pipeline.asr.vad.SileroVad`` is the real one)."""
+
+    @property
+    def frame_samples(self) -> int: ...
+
+    def new_state(self) -> Any: ...
+
+    def speech_probs(self, frames: npt.NDArray[np.float32], states: Sequence[Any]) -> Any: ...
+
+    def export_state(self, state: Any) -> tuple[tuple[float, ...], tuple[float, ...]]: ...
+
+    def import_state(self, data: tuple[tuple[float, ...], tuple[float, ...]]) -> Any: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Streaming policy. Defaults: DESIGN §4."""
+
+    hop_ms: int = 500
+    min_decode_ms: int = 500
+    max_batch: int = 16
+    gate: SpeechGateConfig = field(default_factory=SpeechGateConfig)
+    endpoint: EndpointConfig = field(
+        default_factory=lambda: EndpointConfig(speech_pad_ms=SpeechGateConfig().speech_pad_ms)
+    )
+    guards: GuardConfig = field(default_factory=GuardConfig)
+    emit_partials: bool = True
+
+    def __post_init__(self) -> None:
+        # The gate widens speech by its pad; the endpoint must know it to measure real silence.
+        if self.endpoint.speech_pad_ms != self.gate.speech_pad_ms:
+            raise ConfigError(
+                f"endpoint.speech_pad_ms ({self.endpoint.speech_pad_ms}) must equal "
+                f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class Suppressed:
+    """A hypothesis the guards rejected (counted; an event for finals)."""
+
+    key: SessionKey
+    tenant: str
+    utterance_index: int
+    guard: Guard
+    text: str
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEnded:
+    """A stream ended (end of stream or ``close``) and all its finals were emitted."""
+
+    key: SessionKey
+    tenant: str
+    audio_ms: int
+    speech_ms: int
+    utterances: int
+    suppressed: int
+
+
+EngineOutput = Partial | Final | Suppressed | SessionEnded
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    session: Session
+    final: FinalJob | None
+    end_samples: int
+
+
+class StreamingEngine:
+    """Sessions of many streams sharing one VAD and one recognizer. Single-threaded."""
+
+    def __init__(
+        self,
+        recognizer: Recognizer,
+        vad: VadModel,
+        config: EngineConfig | None = None,
+        clock: Clock | None = None,
+        biases: BiasSource | None = None,
+    ) -> None:
+        self._recognizer = recognizer
+        self._biases = biases
+        self._vad = vad
+        self._config = config or EngineConfig()
+        self._clock = clock or WallClock()
+        self._sessions: dict[SessionKey, Session] = {}
+        self._expected_finals_through: dict[SessionKey, int] = {}
+
+    @property
+    def config(self) -> EngineConfig:
+        return self._config
+
+    @property
+    def model_id(self) -> str:
+        return self._recognizer.model_id
+
+    @property
+    def sessions(self) -> dict[SessionKey, Session]:
+        """Open sessions (read-only use)."""
+        return self._sessions
+
+    # -- input -------------------------------------------------------------------------------
+
+    def _session(self, key: SessionKey, tenant: str) -> Session:
+        session = self._sessions.get(key)
+        if session is None:
+            session = Session(
+                key,
+                tenant,
+                self._vad.new_state(),
+                self._config.gate,
+                self._config.endpoint,
+                self._vad.frame_samples,
+            )
+            session.finals_through = self._expected_finals_through.pop(key, -1)
+            self._sessions[key] = session
+        return session
+
+    def accept(
+        self,
+        key: SessionKey,
+        samples: npt.NDArray[np.float32],
+        sample_rate_hz: int,
+        *,
+        tenant: str = "default",
+        capture_ms: int | None = None,
+        position: int | None = None,
+        flush: bool = False,
+        end_of_stream: bool = False,
+    ) -> None:
+        """Append one chunk to its session (creating it). No model runs here.
+
+        ``flush`` forces a final of the open utterance after this chunk's audio;
+        ``end_of_stream`` ends the session after it. ``position`` is an opaque, increasing
+        token of where the chunk came from (a Kafka offset), echoed in snapshots.
+        """
+        session = self._session(key, tenant)
+        if session.flush_pending:
+            # A flush must apply before any later audio: settle it now, unbatched (rare).
+            self._run_vad([session])
+            self._close_pending(session)
+        session.accept(samples, sample_rate_hz, capture_ms, position)
+        session.flush_pending = session.flush_pending or flush
+        session.end_pending = session.end_pending or end_of_stream
+
+    def close(self, key: SessionKey) -> None:
+        """End a session that will get no more audio (idle timeout): like an end of stream."""
+        session = self._sessions.get(key)
+        if session is not None:
+            session.end_pending = True
+
+    def drop(self, key: SessionKey) -> None:
+        """Forget a session without output (its partition moved to another worker)."""
+        self._sessions.pop(key, None)
+        self._expected_finals_through.pop(key, None)
+
+    def expect(self, key: SessionKey, finals_through: int) -> None:
+        """A session that will be replayed from its first chunk: utterances ``<= finals_through``
+        were finalized before a failover and are not emitted again."""
+        self._expected_finals_through[key] = finals_through
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def snapshot(self, key: SessionKey) -> SessionSnapshot | None:
+        """The session's resumable state, or None while an utterance is open or queued."""
+        session = self._sessions.get(key)
+        if session is None or not session.quiescent:
+            return None
+        return session.snapshot(self._vad.export_state(session.vad_state))
+
+    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> None:
+        """Recreate a session from a snapshot; utterances ``<= finals_through`` are not emitted."""
+        session = self._session(key, snapshot.tenant)
+        session.restore(snapshot)
+        session.vad_state = self._vad.import_state(snapshot.vad_state)
+        session.finals_through = finals_through
+
+    # -- work --------------------------------------------------------------------------------
+
+    def pending_jobs(self) -> int:
+        """Sessions with a final queued or a partial due (a backpressure signal)."""
+        return len(self._due_jobs())
+
+    def step(self, max_jobs: int | None = None) -> list[EngineOutput]:
+        """Run VAD and recognition for every session that has work; return the outputs."""
+        sessions = list(self._sessions.values())
+        self._run_vad(sessions)
+        for session in sessions:
+            self._close_pending(session)
+        jobs = self._due_jobs()
+        if max_jobs is not None:
+            jobs = jobs[:max_jobs]
+        outputs: list[EngineOutput] = []
+        batch = self._config.max_batch
+        for first in range(0, len(jobs), batch):
+            outputs.extend(self._decode(jobs[first : first + batch]))
+        pad = self._config.gate.speech_pad_samples
+        for session in sessions:
+            session.trim(pad)
+            if session.end_pending and session.ended and not session.final_jobs:
+                outputs.append(self._ended(session))
+                del self._sessions[session.key]
+        return outputs
+
+    def _run_vad(self, sessions: Iterable[Session]) -> None:
+        waiting = [s for s in sessions if s.frames_ready() > 0]
+        while waiting:
+            frames = np.stack([s.next_vad_frame() for s in waiting])
+            probs = self._vad.speech_probs(frames, [s.vad_state for s in waiting])
+            for session, prob in zip(waiting, probs, strict=True):
+                session.apply_vad(float(prob))
+            waiting = [s for s in waiting if s.frames_ready() > 0]
+
+    def _close_pending(self, session: Session) -> None:
+        if session.end_pending and not session.ended:
+            if session.pad_to_frame():
+                self._run_vad([session])
+            session.close_stream(EndpointReason.END_OF_STREAM)
+            session.ended = True
+        elif session.flush_pending:
+            session.close_stream(EndpointReason.FORCED)
+            session.flush_pending = False
+
+    def _due_jobs(self) -> list[_Job]:
+        finals: list[_Job] = []
+        partials: list[_Job] = []
+        hop = self._config.hop_ms * SAMPLES_PER_MS
+        minimum = self._config.min_decode_ms * SAMPLES_PER_MS
+        for session in self._sessions.values():
+            finals.extend(_Job(session, job, job.end_samples) for job in session.final_jobs)
+            if self._config.emit_partials and session.due_partial(hop, minimum):
+                partials.append(_Job(session, None, session.vad_position_samples))
+        return finals + partials
+
+    def _decode(self, jobs: Sequence[_Job]) -> list[EngineOutput]:
+        requests = []
+        for job in jobs:
+            session = job.session
+            bias = (
+                self._biases.bias_for(session.tenant, session.key.call_id) if self._biases else None
+            )
+            if job.final is not None:
+                audio = session.audio(job.final.start_samples, job.final.end_samples)
+                requests.append(RecognitionRequest(audio, with_word_timings=True, bias=bias))
+            else:
+                utterance = session.utterance
+                assert utterance is not None
+                audio = session.audio(utterance.start_samples, job.end_samples)
+                requests.append(
+                    RecognitionRequest(audio, committed=utterance.agreement.committed, bias=bias)
+                )
+        results = self._recognizer.recognize(requests)
+        outputs: list[EngineOutput] = []
+        for job, result in zip(jobs, results, strict=True):
+            if job.final is not None:
+                job.session.final_jobs.remove(job.final)
+                outputs.extend(self._final(job.session, job.final, result))
+            else:
+                outputs.extend(self._partial(job.session, job.end_samples, result))
+        return outputs
+
+    def _partial(
+        self, session: Session, end_samples: int, result: Recognition
+    ) -> list[EngineOutput]:
+        utterance = session.utterance
+        assert utterance is not None
+        utterance.decoded_to_samples = end_samples
+        guard = check_hypothesis(result, self._config.guards)
+        if guard is not None:
+            return [
+                Suppressed(session.key, session.tenant, utterance.index, guard, result.text, False)
+            ]
+        utterance.agreement.update(result.words)
+        committed = "".join(w.text for w in utterance.agreement.committed).strip()
+        tentative = "".join(w.text for w in utterance.agreement.tentative).strip()
+        partial = Partial(
+            call_id=session.key.call_id,
+            channel=session.key.channel,
+            utterance_index=utterance.index,
+            revision=utterance.revision,
+            committed_text=committed,
+            tentative_text=tentative,
+            start_ms=utterance.start_samples // SAMPLES_PER_MS,
+            end_ms=end_samples // SAMPLES_PER_MS,
+            model_id=self.model_id,
+            emit_ms=self._clock.now_ms(),
+            capture_ms=session.capture_ms_at(end_samples),
+            tenant=session.tenant,
+        )
+        utterance.revision += 1
+        return [partial]
+
+    def _final(self, session: Session, job: FinalJob, result: Recognition) -> list[EngineOutput]:
+        session.finals_through = max(session.finals_through, job.utterance_index)
+        guard = check_hypothesis(result, self._config.guards)
+        text = result.text.strip()
+        if guard is not None or not text:
+            session.stats.suppressed += guard is not None
+            if guard is None:
+                return []
+            return [Suppressed(session.key, session.tenant, job.utterance_index, guard, text, True)]
+        start_ms = job.start_samples // SAMPLES_PER_MS
+        end_ms = job.end_samples // SAMPLES_PER_MS
+        words = tuple(
+            Word(
+                word=w.text.strip(),
+                start_ms=min(start_ms + (w.start_ms or 0), end_ms),
+                end_ms=min(start_ms + (w.end_ms or 0), end_ms),
+                probability=round(float(w.probability or 0.0), 4),
+            )
+            for w in result.words
+            if w.text.strip()
+        )
+        emit_ms = self._clock.now_ms()
+        capture_ms = session.capture_ms_at(job.decided_at_samples)
+        session.stats.utterances += 1
+        return [
+            Final(
+                call_id=session.key.call_id,
+                channel=session.key.channel,
+                utterance_index=job.utterance_index,
+                utterance_id=utterance_id(
+                    session.key.call_id, session.key.channel, job.utterance_index
+                ),
+                text=text,
+                words=words,
+                start_ms=start_ms,
+                end_ms=end_ms,
+                endpoint_reason=job.reason,
+                model_id=self.model_id,
+                emit_ms=emit_ms,
+                latency_ms=None if capture_ms is None else emit_ms - capture_ms,
+                capture_ms=capture_ms,
+                tenant=session.tenant,
+            )
+        ]
+
+    def _ended(self, session: Session) -> SessionEnded:
+        stats: SessionStats = session.stats
+        return SessionEnded(
+            key=session.key,
+            tenant=session.tenant,
+            audio_ms=stats.audio_samples // SAMPLES_PER_MS,
+            speech_ms=stats.speech_samples // SAMPLES_PER_MS,
+            utterances=stats.utterances,
+            suppressed=stats.suppressed,
+        )

@@ -1,0 +1,76 @@
+"""Building the engine from settings: device choice, threads, model and VAD loading."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from pipeline.asr.endpoint import EndpointConfig
+from pipeline.asr.engine import EngineConfig, StreamingEngine
+from pipeline.asr.vad import SileroVad, SpeechGateConfig
+from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.clock import Clock
+from pipeline.settings import AsrSettings
+
+__all__ = ["LoadedEngine", "build_engine", "engine_config", "resolve_device"]
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def engine_config(settings: AsrSettings) -> EngineConfig:
+    """The streaming policy described by ``settings``."""
+    gate = SpeechGateConfig(
+        threshold=settings.vad_threshold,
+        speech_pad_ms=settings.speech_pad_ms,
+        min_silence_ms=max(100, settings.speech_pad_ms),
+    )
+    endpoint = EndpointConfig(
+        trailing_silence_ms=settings.endpoint_silence_ms,
+        max_utterance_ms=settings.max_utterance_ms,
+        speech_pad_ms=gate.speech_pad_ms,
+    )
+    return EngineConfig(
+        hop_ms=settings.hop_ms,
+        min_decode_ms=settings.min_decode_ms,
+        max_batch=settings.max_batch,
+        gate=gate,
+        endpoint=endpoint,
+        emit_partials=settings.partials,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedEngine:
+    """An engine and the facts a ``model_loaded`` event reports."""
+
+    engine: StreamingEngine
+    model_id: str
+    device: str
+    dtype: str
+
+
+def build_engine(settings: AsrSettings, clock: Clock | None = None) -> LoadedEngine:
+    """Load VAD and Whisper (no download: both ship in PyPI packages) and build the engine."""
+    device = resolve_device(settings.device)
+    threads = settings.threads or os.cpu_count() or 1
+    vad = SileroVad(device=device)
+    # Loading silero sets torch's thread count process-wide; set ours after it.
+    torch.set_num_threads(threads)
+    recognizer = WhisperRecognizer(
+        WhisperSettings(
+            model_dir=Path(settings.model_dir) if settings.model_dir else None,
+            device=device,
+            margin_ms=settings.margin_ms,
+        )
+    )
+    engine = StreamingEngine(recognizer, vad, engine_config(settings), clock)
+    dtype = str(recognizer.model.dtype).removeprefix("torch.")
+    return LoadedEngine(engine, recognizer.model_id, device, dtype)

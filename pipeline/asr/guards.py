@@ -1,0 +1,51 @@
+"""Hallucination guards: decide whether a hypothesis is text or a model's invention.
+
+Applied to every hypothesis before it becomes a partial or a final (after VAD gating, which
+keeps most non-speech away from the model). Whisper's own fallback rules, without the
+temperature fallback: a streaming system cannot afford to re-decode, so it drops instead.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from pipeline.asr.recognizer import Recognition
+
+__all__ = ["Guard", "GuardConfig", "check_hypothesis"]
+
+
+class Guard(enum.StrEnum):
+    """Which guard suppressed a hypothesis (a metric label and event detail)."""
+
+    NO_SPEECH = "no_speech"
+    LOW_LOGPROB = "low_logprob"
+    COMPRESSION_RATIO = "compression_ratio"
+
+
+@dataclass(frozen=True, slots=True)
+class GuardConfig:
+    """Thresholds (Whisper's defaults). ``no_speech`` needs both its conditions, as in Whisper."""
+
+    no_speech_threshold: float = 0.6
+    logprob_threshold: float = -1.0
+    compression_ratio_threshold: float = 2.4
+
+
+def check_hypothesis(recognition: Recognition, config: GuardConfig) -> Guard | None:
+    """The guard that rejects ``recognition``, or ``None`` when it may be published.
+
+    An empty hypothesis is never "suppressed": there is nothing to publish anyway.
+    """
+    if not recognition.text.strip():
+        return None
+    if recognition.compression_ratio > config.compression_ratio_threshold:
+        return Guard.COMPRESSION_RATIO
+    if (
+        recognition.no_speech_prob > config.no_speech_threshold
+        and recognition.avg_logprob < config.logprob_threshold
+    ):
+        return Guard.NO_SPEECH
+    if recognition.avg_logprob < config.logprob_threshold:
+        return Guard.LOW_LOGPROB
+    return None

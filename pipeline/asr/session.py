@@ -1,0 +1,405 @@
+"""One (call, channel) stream: audio in, VAD frames out, utterances tracked, jobs queued.
+
+A ``Session`` is the per-stream state of the engine and owns nothing shared: the VAD model and
+the recognizer are the engine's. It is pure (no I/O, no clock) and deterministic: positions are
+sample counts at 16 kHz from the stream's first sample, derived from the audio alone.
+
+Audio flows: ``accept`` (resample 8 → 16 kHz) → ``buffer`` → VAD frames (``take_vad_frames`` /
+``apply_vad``) → ``SpeechGate`` spans → ``EndpointDetector`` decisions → ``FinalJob``s; while an
+utterance is open, ``due_partial`` says when it should be re-decoded (every ``hop_ms`` of audio).
+
+Only the audio still needed is kept: from the open utterance's start (or the gate's unsettled
+audio, which may become the start of one) to the newest sample.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.asr.agreement import LocalAgreement
+from pipeline.asr.endpoint import (
+    EndpointConfig,
+    EndpointDecision,
+    EndpointDetector,
+    EndpointReason,
+    EndpointSnapshot,
+)
+from pipeline.asr.recognizer import RecognizedWord
+from pipeline.asr.vad import SpeechGate, SpeechGateConfig, SpeechGateSnapshot
+from pipeline.audio.resample import Upsampler2x, UpsamplerState
+
+__all__ = ["FinalJob", "Session", "SessionKey", "SessionSnapshot", "SessionStats"]
+
+SAMPLE_RATE_HZ = 16000
+SAMPLES_PER_MS = SAMPLE_RATE_HZ // 1000
+
+
+class SessionKey(NamedTuple):
+    """A stream: one channel of one call."""
+
+    call_id: str
+    channel: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinalJob:
+    """An utterance whose endpoint was decided and whose final is still to be decoded."""
+
+    utterance_index: int
+    start_samples: int
+    end_samples: int
+    decided_at_samples: int
+    reason: EndpointReason
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """What ``session_ended`` reports."""
+
+    audio_samples: int = 0
+    speech_samples: int = 0
+    utterances: int = 0
+    suppressed: int = 0
+
+
+@dataclass(slots=True)
+class OpenUtterance:
+    """The utterance being decoded: its index, start and the agreement over its hypotheses."""
+
+    index: int
+    start_samples: int
+    agreement: LocalAgreement[RecognizedWord] = field(default_factory=LocalAgreement)
+    revision: int = 0
+    decoded_to_samples: int = 0
+
+
+def _encode_floats(values: npt.NDArray[Any]) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, dtype="<f8").tobytes()).decode()
+
+
+def _decode_floats(text: str) -> npt.NDArray[np.float64]:
+    return np.frombuffer(base64.b64decode(text), dtype="<f8").copy()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSnapshot:
+    """Everything a quiescent session needs to resume exactly (no utterance open).
+
+    Taken between utterances, so it holds no utterance audio: the VAD's recurrent state, the
+    ``tail`` of audio the gate has not settled yet (its speech pad plus the part of a VAD frame
+    not yet scored: well under a second), gate and endpoint state, the resampler's history, the
+    next utterance index and the newest capture-time mark. ``last_position`` is the opaque
+    position (a Kafka offset) of the newest chunk it covers.
+    """
+
+    tenant: str
+    input_rate_hz: int
+    total_samples: int
+    tail: tuple[float, ...]
+    vad_state: tuple[tuple[float, ...], tuple[float, ...]]
+    gate: SpeechGateSnapshot
+    endpoint: EndpointSnapshot
+    upsampler: tuple[float, ...]
+    next_index: int
+    capture_mark: tuple[int, int] | None
+    last_position: int | None
+    stats: tuple[int, int, int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (floats as base64 float64, so a restore is bit-exact)."""
+        return {
+            "tenant": self.tenant,
+            "input_rate_hz": self.input_rate_hz,
+            "total_samples": self.total_samples,
+            "tail": _encode_floats(np.asarray(self.tail)),
+            "vad_state": [_encode_floats(np.asarray(part)) for part in self.vad_state],
+            "gate": [
+                self.gate.position_samples,
+                self.gate.settled_samples,
+                self.gate.in_speech,
+                self.gate.candidate_start_samples,
+                self.gate.silence_start_samples,
+            ],
+            "endpoint": [
+                self.endpoint.position_samples,
+                self.endpoint.utterance_start_samples,
+                self.endpoint.last_speech_end_samples,
+            ],
+            "upsampler": _encode_floats(np.asarray(self.upsampler)),
+            "next_index": self.next_index,
+            "capture_mark": list(self.capture_mark) if self.capture_mark else None,
+            "last_position": self.last_position,
+            "stats": list(self.stats),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SessionSnapshot:
+        lstm, context = (tuple(_decode_floats(part).tolist()) for part in data["vad_state"])
+        mark = data["capture_mark"]
+        stats = data["stats"]
+        return cls(
+            tenant=data["tenant"],
+            input_rate_hz=int(data["input_rate_hz"]),
+            total_samples=int(data["total_samples"]),
+            tail=tuple(_decode_floats(data["tail"]).tolist()),
+            vad_state=(lstm, context),
+            gate=SpeechGateSnapshot(*data["gate"]),
+            endpoint=EndpointSnapshot(*data["endpoint"]),
+            upsampler=tuple(_decode_floats(data["upsampler"]).tolist()),
+            next_index=int(data["next_index"]),
+            capture_mark=(int(mark[0]), int(mark[1])) if mark else None,
+            last_position=data["last_position"],
+            stats=(int(stats[0]), int(stats[1]), int(stats[2]), int(stats[3])),
+        )
+
+
+class Session:
+    """State of one stream. Owned by the engine's thread; not thread-safe."""
+
+    def __init__(
+        self,
+        key: SessionKey,
+        tenant: str,
+        vad_state: Any,
+        gate_config: SpeechGateConfig,
+        endpoint_config: EndpointConfig,
+        frame_samples: int,
+    ) -> None:
+        self.key = key
+        self.tenant = tenant
+        self.vad_state = vad_state
+        self.gate = SpeechGate(gate_config)
+        self.endpoint = EndpointDetector(endpoint_config)
+        self.frame_samples = frame_samples
+        self.input_rate_hz = 0
+        self._upsampler: Upsampler2x | None = None
+        self.buffer = np.zeros(0, dtype=np.float32)
+        self.buffer_start_samples = 0
+        self.total_samples = 0
+        self.next_index = 0
+        self.finals_through = -1
+        self.utterance: OpenUtterance | None = None
+        self.final_jobs: deque[FinalJob] = deque()
+        self.capture_marks: deque[tuple[int, int]] = deque()
+        self.last_position: int | None = None
+        self.ended = False
+        self.end_pending = False
+        self.flush_pending = False
+        self.stats = SessionStats()
+
+    # -- audio in ---------------------------------------------------------------------------
+
+    def accept(
+        self,
+        samples: npt.NDArray[np.float32],
+        sample_rate_hz: int,
+        capture_ms: int | None,
+        position: int | None,
+    ) -> None:
+        """Append one chunk (8 or 16 kHz float32). The session copies what it keeps."""
+        if sample_rate_hz != self.input_rate_hz:
+            # A rate change mid-stream restarts the resampler (its history is of the old rate).
+            self.input_rate_hz = sample_rate_hz
+            self._upsampler = Upsampler2x() if sample_rate_hz == 8000 else None
+        audio = self._upsampler.process(samples) if self._upsampler else samples
+        if capture_ms is not None:
+            self.capture_marks.append((self.total_samples, capture_ms))
+        if len(audio):
+            self.buffer = np.concatenate([self.buffer, audio.astype(np.float32, copy=False)])
+            self.total_samples += len(audio)
+            self.stats.audio_samples += len(audio)
+        if position is not None:
+            self.last_position = position
+
+    def pad_to_frame(self) -> bool:
+        """At the end of a stream, zero-pad the last partial VAD frame; True if it padded.
+
+        The padding is scored like audio (so the stream's last speech is not lost) but does not
+        count as received audio in the stats.
+        """
+        remainder = (self.total_samples - self.gate.position_samples) % self.frame_samples
+        if remainder == 0:
+            return False
+        silence = np.zeros(self.frame_samples - remainder, dtype=np.float32)
+        self.buffer = np.concatenate([self.buffer, silence])
+        self.total_samples += len(silence)
+        return True
+
+    @property
+    def vad_position_samples(self) -> int:
+        return self.gate.position_samples
+
+    def frames_ready(self) -> int:
+        """Whole VAD frames buffered but not yet scored."""
+        return (self.total_samples - self.gate.position_samples) // self.frame_samples
+
+    def next_vad_frame(self) -> npt.NDArray[np.float32]:
+        """The next unscored frame (a view into the buffer)."""
+        start = self.gate.position_samples - self.buffer_start_samples
+        return self.buffer[start : start + self.frame_samples]
+
+    def apply_vad(self, speech_prob: float) -> None:
+        """Feed one frame's probability through gate and endpoint; queue finals it decides."""
+        for span in self.gate.push(speech_prob):
+            if span.is_speech:
+                self.stats.speech_samples += span.duration_samples
+            self._decisions(self.endpoint.push(span.is_speech, span.duration_samples))
+        self._track_open_utterance()
+
+    def close_stream(self, reason: EndpointReason) -> None:
+        """End of stream or forced final: settle what the gate holds and close the utterance."""
+        if reason is EndpointReason.END_OF_STREAM:
+            for span in self.gate.flush():
+                if span.is_speech:
+                    self.stats.speech_samples += span.duration_samples
+                self._decisions(self.endpoint.push(span.is_speech, span.duration_samples))
+            decision = self.endpoint.end_of_stream()
+        else:
+            decision = self.endpoint.force()
+        if decision is not None:
+            self._decisions((decision,))
+        self._track_open_utterance()
+
+    def _decisions(self, decisions: tuple[EndpointDecision, ...]) -> None:
+        for decision in decisions:
+            if decision.discarded:
+                self.utterance = None
+                continue
+            index = self.next_index
+            self.next_index += 1
+            self.utterance = None
+            if index <= self.finals_through:
+                continue  # finalized before a failover: replayed only to rebuild state
+            self.final_jobs.append(
+                FinalJob(
+                    index,
+                    decision.start_samples,
+                    decision.end_samples,
+                    decision.decided_at_samples,
+                    decision.reason,
+                )
+            )
+
+    def _track_open_utterance(self) -> None:
+        start = self.endpoint.utterance_start_samples
+        if start is None:
+            self.utterance = None
+        elif self.utterance is None or self.utterance.start_samples != start:
+            self.utterance = OpenUtterance(self.next_index, start)
+
+    # -- decoding ----------------------------------------------------------------------------
+
+    def audio(self, start_samples: int, end_samples: int) -> npt.NDArray[np.float32]:
+        """A view of buffered audio ``[start, end)`` (absolute sample positions)."""
+        offset = self.buffer_start_samples
+        return self.buffer[max(start_samples - offset, 0) : max(end_samples - offset, 0)]
+
+    def due_partial(self, hop_samples: int, min_samples: int) -> bool:
+        """Whether the open utterance should be re-decoded now."""
+        utterance = self.utterance
+        if utterance is None or utterance.index <= self.finals_through:
+            return False
+        heard = self.gate.position_samples - utterance.start_samples
+        new = self.gate.position_samples - max(
+            utterance.decoded_to_samples, utterance.start_samples
+        )
+        return heard >= min_samples and new >= hop_samples
+
+    def capture_ms_at(self, position_samples: int) -> int | None:
+        """Capture time (epoch ms) of a sample, from the newest mark at or before it."""
+        best: tuple[int, int] | None = None
+        for mark in self.capture_marks:
+            if mark[0] <= position_samples:
+                best = mark
+            else:
+                break
+        if best is None:
+            return None
+        return best[1] + (position_samples - best[0]) // SAMPLES_PER_MS
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def trim(self, pad_samples: int) -> None:
+        """Drop audio no open or queued utterance, nor the gate's unsettled part, can need."""
+        keep = self.gate.settled_samples - pad_samples
+        if self.utterance is not None:
+            keep = min(keep, self.utterance.start_samples)
+        if self.endpoint.utterance_start_samples is not None:
+            keep = min(keep, self.endpoint.utterance_start_samples)
+        for job in self.final_jobs:
+            keep = min(keep, job.start_samples)
+        keep = max(keep, self.buffer_start_samples)
+        drop = keep - self.buffer_start_samples
+        if drop > 0:
+            self.buffer = self.buffer[drop:].copy()
+            self.buffer_start_samples = keep
+        while len(self.capture_marks) > 1 and self.capture_marks[1][0] <= keep:
+            self.capture_marks.popleft()
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    @property
+    def quiescent(self) -> bool:
+        """No utterance open or queued and no speech pending: a snapshot loses nothing."""
+        gate = self.gate.snapshot()
+        return (
+            self.utterance is None
+            and not self.final_jobs
+            and self.endpoint.utterance_start_samples is None
+            and not gate.in_speech
+            and gate.candidate_start_samples is None
+            and not self.end_pending
+            and not self.flush_pending
+        )
+
+    def snapshot(self, vad_state: tuple[tuple[float, ...], tuple[float, ...]]) -> SessionSnapshot:
+        """The session's state for a checkpoint; only valid while :attr:`quiescent`."""
+        gate = self.gate.snapshot()
+        mark = self.capture_marks[-1] if self.capture_marks else None
+        upsampler = self._upsampler.snapshot().history if self._upsampler else ()
+        return SessionSnapshot(
+            tenant=self.tenant,
+            input_rate_hz=self.input_rate_hz,
+            total_samples=self.total_samples,
+            tail=tuple(self.audio(gate.settled_samples, self.total_samples).tolist()),
+            vad_state=vad_state,
+            gate=gate,
+            endpoint=self.endpoint.snapshot(),
+            upsampler=tuple(upsampler),
+            next_index=self.next_index,
+            capture_mark=mark,
+            last_position=self.last_position,
+            stats=(
+                self.stats.audio_samples,
+                self.stats.speech_samples,
+                self.stats.utterances,
+                self.stats.suppressed,
+            ),
+        )
+
+    def restore(self, snapshot: SessionSnapshot) -> None:
+        """Resume from a snapshot (the VAD state is restored by the engine)."""
+        self.tenant = snapshot.tenant
+        self.input_rate_hz = snapshot.input_rate_hz
+        self._upsampler = (
+            Upsampler2x(UpsamplerState(snapshot.upsampler))
+            if snapshot.input_rate_hz == 8000
+            else None
+        )
+        self.gate = SpeechGate.from_snapshot(self.gate.config, snapshot.gate)
+        self.endpoint = EndpointDetector.from_snapshot(self.endpoint.config, snapshot.endpoint)
+        self.total_samples = snapshot.total_samples
+        self.buffer = np.asarray(snapshot.tail, dtype=np.float32)
+        self.buffer_start_samples = snapshot.total_samples - len(self.buffer)
+        self.next_index = snapshot.next_index
+        self.capture_marks = deque([snapshot.capture_mark] if snapshot.capture_mark else [])
+        self.last_position = snapshot.last_position
+        self.stats = SessionStats(*snapshot.stats)
+        self.utterance = None
+        self.final_jobs.clear()

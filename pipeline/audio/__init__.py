@@ -1,0 +1,1 @@
+"""Pure audio helpers: streaming resampling and reading audio files."""

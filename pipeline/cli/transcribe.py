@@ -1,0 +1,205 @@
+"""``streamscribe transcribe FILE…``: the engine on audio files, without Kafka.
+
+Each file is one call (its id: the file name without extension); a stereo file is split into
+``agent`` (left) and ``customer`` (right). All files advance together, chunk by chunk, so their
+sessions share recognizer batches as a worker's would. ``--realtime`` paces the input like a live
+call; ``--json`` prints one JSON object per line with a ``type`` field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import orjson
+
+from pipeline.audio.files import CallAudio, read_call_audio
+from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.clock import WallClock
+from pipeline.contracts.messages import Final, Partial, to_dict
+from pipeline.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pipeline.asr.engine import EngineOutput
+
+__all__ = ["register"]
+
+SUPPORTED_RATES_HZ = (8000, 16000)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "transcribe", help="transcribe audio files with the streaming engine (no Kafka)"
+    )
+    parser.add_argument("files", nargs="+", type=Path, metavar="FILE", help="WAV or FLAC files")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--realtime", action="store_true", help="pace the input as a live call would"
+    )
+    add_env_option(
+        parser,
+        "--chunk-ms",
+        env="STREAMSCRIBE_TRANSCRIBE_CHUNK_MS",
+        type=int,
+        default=100,
+        help="audio fed per chunk",
+    )
+    parser.add_argument(
+        "--no-partials", action="store_true", help="print finals only (partials are not decoded)"
+    )
+    parser.set_defaults(handler=_transcribe)
+
+
+def _load(files: list[Path]) -> list[CallAudio]:
+    calls = [read_call_audio(path) for path in files]
+    for call in calls:
+        if call.sample_rate_hz not in SUPPORTED_RATES_HZ:
+            raise ConfigError(
+                f"{call.call_id}: {call.sample_rate_hz} Hz; resample to 8000 or 16000 Hz first"
+            )
+    ids = [call.call_id for call in calls]
+    if len(set(ids)) != len(ids):
+        raise ConfigError("two files share a name: each file is a call named after its file")
+    return calls
+
+
+def _transcribe(args: argparse.Namespace) -> int:
+    # torch loads only for commands that need it, so `streamscribe topics …` starts fast.
+    from pipeline.asr.factory import build_engine
+    from pipeline.asr.session import SessionKey
+
+    settings = settings_from_args(args)
+    calls = _load(args.files)
+    asr = settings.asr
+    if args.no_partials:
+        asr = dataclasses.replace(asr, partials=False)
+    loaded = build_engine(asr)
+    engine = loaded.engine
+    printer = _Printer(sys.stdout, as_json=args.json)
+    clock = WallClock()
+    started_ms = clock.now_ms()
+    position_ms = 0
+    longest_ms = max(call.duration_ms for call in calls)
+    while position_ms < longest_ms:
+        end_ms = position_ms + args.chunk_ms
+        for call in calls:
+            rate = call.sample_rate_hz
+            first, last = position_ms * rate // 1000, end_ms * rate // 1000
+            for channel, samples in call.channels.items():
+                if first >= len(samples):
+                    continue
+                engine.accept(
+                    SessionKey(call.call_id, channel),
+                    samples[first:last],
+                    rate,
+                    capture_ms=started_ms + position_ms if args.realtime else None,
+                    end_of_stream=last >= len(samples),
+                )
+        position_ms = end_ms
+        if args.realtime:
+            delay_ms = started_ms + position_ms - clock.now_ms()
+            if delay_ms > 0:
+                time.sleep(delay_ms / 1000)
+        printer.emit(engine.step())
+    while engine.sessions:
+        printer.emit(engine.step())
+    printer.done()
+    return 0
+
+
+class _Printer:
+    """Readable output: partials update one line in place on a terminal; finals stay."""
+
+    def __init__(self, stream: TextIO, *, as_json: bool) -> None:
+        self._stream = stream
+        self._json = as_json
+        self._tty = stream.isatty()
+        self._open_line = False
+
+    def emit(self, outputs: list[EngineOutput]) -> None:
+        for output in outputs:
+            if self._json:
+                self._write_json(output)
+            else:
+                self._write_text(output)
+        self._stream.flush()
+
+    def _write_json(self, output: EngineOutput) -> None:
+        from pipeline.asr.engine import Suppressed
+
+        record: dict[str, Any]
+        if isinstance(output, Partial | Final):
+            record = {"type": "partial" if isinstance(output, Partial) else "final"}
+            record.update(to_dict(output))
+        elif isinstance(output, Suppressed):
+            record = {
+                "type": "suppressed",
+                "call_id": output.key.call_id,
+                "channel": output.key.channel,
+                "utterance_index": output.utterance_index,
+                "guard": output.guard.value,
+                "text": output.text,
+                "final": output.final,
+            }
+        else:
+            record = {
+                "type": "session_ended",
+                "call_id": output.key.call_id,
+                "channel": output.key.channel,
+                "audio_ms": output.audio_ms,
+                "speech_ms": output.speech_ms,
+                "utterances": output.utterances,
+                "suppressed": output.suppressed,
+            }
+        self._stream.write(orjson.dumps(record).decode() + "\n")
+
+    def _write_text(self, output: EngineOutput) -> None:
+        from pipeline.asr.engine import SessionEnded, Suppressed
+
+        if isinstance(output, Partial):
+            line = (
+                f"… {output.call_id} {output.channel:<8} #{output.utterance_index:<3} "
+                f"{output.committed_text} \x1b[2m{output.tentative_text}\x1b[0m"
+                if self._tty
+                else f"… {output.call_id} {output.channel:<8} #{output.utterance_index:<3} "
+                f"{output.committed_text} [{output.tentative_text}]"
+            )
+            if self._tty:
+                self._stream.write("\r\x1b[K" + line)
+                self._open_line = True
+            else:
+                self._stream.write(line + "\n")
+            return
+        if self._open_line:
+            self._stream.write("\r\x1b[K")
+            self._open_line = False
+        if isinstance(output, Final):
+            span = f"{_clock(output.start_ms)}–{_clock(output.end_ms)}"
+            self._stream.write(
+                f"✔ {output.call_id} {output.channel:<8} #{output.utterance_index:<3} {span} "
+                f"({output.endpoint_reason.value}) {output.text}\n"
+            )
+        elif isinstance(output, Suppressed) and output.final:
+            self._stream.write(
+                f"✘ {output.key.call_id} {output.key.channel:<8} #{output.utterance_index:<3} "
+                f"suppressed by {output.guard.value}: {output.text!r}\n"
+            )
+        elif isinstance(output, SessionEnded):
+            self._stream.write(
+                f"■ {output.key.call_id} {output.key.channel:<8} ended: "
+                f"{output.audio_ms / 1000:.1f} s audio, {output.speech_ms / 1000:.1f} s speech, "
+                f"{output.utterances} utterances\n"
+            )
+
+    def done(self) -> None:
+        if self._open_line:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+def _clock(ms: int) -> str:
+    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000 // 10:02d}"

@@ -1,0 +1,81 @@
+"""``streamscribe worker``: a member of the ASR consumer group, until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+from typing import Any
+
+from pipeline.cli.options import add_env_option, settings_from_args
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "worker", help="consume audio.chunks and publish partials, finals and events"
+    )
+    add_env_option(
+        parser, "--worker-id", env="STREAMSCRIBE_WORKER_ID", help="stable id of this worker"
+    )
+    add_env_option(
+        parser,
+        "--metrics-port",
+        env="STREAMSCRIBE_METRICS_PORT",
+        type=int,
+        help="port of /metrics, /healthz, /readyz (0 = off)",
+    )
+    add_env_option(
+        parser, "--log-level", env="STREAMSCRIBE_LOG_LEVEL", default="INFO", help="log level"
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    # The model and Kafka clients load only for this command.
+    from pipeline.asr.factory import build_engine
+    from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
+    from pipeline.runtime.metrics import WorkerMetrics
+    from pipeline.runtime.worker import AsrWorker
+
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    settings = settings_from_args(args)
+    if args.worker_id:
+        settings = dataclasses.replace(
+            settings, worker=dataclasses.replace(settings.worker, worker_id=args.worker_id)
+        )
+    if args.metrics_port is not None:
+        settings = dataclasses.replace(
+            settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
+        )
+    metrics = WorkerMetrics()
+    loaded = build_engine(settings.asr)
+    metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
+    worker = AsrWorker(
+        settings,
+        loaded.engine,
+        metrics=metrics,
+        model_facts={"model_id": loaded.model_id, "device": loaded.device, "dtype": loaded.dtype},
+    )
+    probe = KafkaProbe(settings.kafka, timeout_s=settings.metrics.probe_timeout_ms / 1000)
+
+    def readiness() -> Readiness:
+        kafka = probe.check()
+        metrics.set_dependency_up("kafka", kafka.ok)
+        return Readiness.of(
+            kafka,
+            model_loaded=worker.status.model_loaded,
+            partitions_assigned=bool(worker.status.assigned),
+        )
+
+    server = start_health_server(settings.metrics, metrics.registry, readiness)
+    worker.install_signal_handlers()
+    try:
+        worker.run()
+    finally:
+        if server is not None:
+            server.stop()
+    return 0

@@ -1,0 +1,640 @@
+"""The QA analytics app on faust-streaming: a thin shell around ``CallAnalytics``.
+
+Topology (every name gets the environment prefix; ``{app}`` is ``prefix + qa.app_id``, which is
+also the consumer group)::
+
+    asr.finals ─forward_finals─┐  parse; malformed → event on asr.events, skipped
+    asr.events ─forward_events─┤  session events only, keyed by call id
+    timer (idle / retention) ──┴─► {app}-input ──process──► qa.calls (key = call id)
+                                   (internal)    tables (changelogs {app}-<table>-changelog):
+                                                   calls:  call id → call state
+                                                   finals: utterance id → final/1 record
+
+Why the internal input topic: asr.finals and asr.events have different partition counts, so a
+call's finals and events are not co-partitioned; re-keying both into one topic gives every call
+one partition, one owner and one order for all its input, and tables that follow that partition.
+A restart (or rebalance) rebuilds the tables from their compacted changelogs.
+
+Reading: every consumer of this app reads ``read_committed`` (finals are written in Kafka
+transactions, and aborted ones must never count). faust-streaming only switches isolation with
+``processing_guarantee="exactly_once"``, whose per-partition transactional producers are not
+reliable in faust-streaming; the app keeps at-least-once processing and sets the isolation level
+on its consumer instead (``_ReadCommittedConsumerThread``). At-least-once is safe here because
+every input is idempotent (finals are recognized by utterance id, session events are sets) and a
+summary is written to qa.calls *before* the state that records its publication, so a crash can at
+worst repeat the same revision of a summary, never lose one.
+
+Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
+creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
+
+Web (faust web, aiohttp): ``GET /calls/{id}`` (routed to the worker that owns the call),
+``GET /calls?since=<epoch ms>&limit=N`` (calls of this worker), ``/metrics``, ``/healthz``,
+``/readyz``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import faust
+from aiokafka.partitioner import DefaultPartitioner
+from faust.transport.drivers import aiokafka as aiokafka_driver
+from faust.types import TransportT
+from faust.web import Request, Response, View
+from prometheus_client.exposition import choose_encoder
+
+from pipeline.clock import Clock, WallClock
+from pipeline.contracts.messages import Event, EventType, Final, to_json
+from pipeline.errors import ConfigError
+from pipeline.qa.metrics import QaMetrics, RecordKind
+from pipeline.qa.records import (
+    InputKind,
+    RecordRejectedError,
+    RecordRejectReason,
+    decode_input,
+    encode_input,
+    parse_event,
+    parse_final,
+)
+from pipeline.qa.rules import QaRules
+from pipeline.qa.state import CallAnalytics, CallState
+from pipeline.qa.summary import to_json as summary_json
+from pipeline.runtime.admin import ApplyReport
+from pipeline.runtime.health import Readiness, ReadinessCheck
+from pipeline.settings import KafkaSettings, Settings
+from pipeline.topics import ObservedTopic, TopicRole, TopicSpec, topic_name
+
+__all__ = ["REJECTION_EVENT_TYPE", "QaApp", "TopicAdminApi", "faust_credentials"]
+
+logger = logging.getLogger(__name__)
+
+#: The event type of "an input record was skipped" (a malformed or unknown-schema JSON record;
+#: ``chunk_rejected`` is for audio chunks and carries a ``dead_letter/1`` detail).
+REJECTION_EVENT_TYPE = EventType.RECORD_REJECTED
+REJECTION_DETAIL_SCHEMA = "record_rejected/1"
+
+DEFAULT_RECENT_LIMIT = 100
+MAX_RECENT_LIMIT = 1000
+RECENT_WINDOW_MS = 3_600_000
+INPUT_RETENTION_MS = 7 * 24 * 3_600_000
+SESSION_TIMEOUT_S = 10.0
+_TABLE_TYPES: Mapping[str, Any] = {"key_type": str, "value_type": bytes}
+_RAW: Mapping[str, Any] = {**_TABLE_TYPES, "key_serializer": "raw", "value_serializer": "raw"}
+
+
+class TopicAdminApi(Protocol):
+    """What ``QaApp.prepare_topics`` needs of ``pipeline.runtime.admin.TopicAdmin``."""
+
+    def observe(self, names: Sequence[str]) -> dict[str, ObservedTopic]: ...
+
+    def apply(self, declared: Sequence[TopicSpec]) -> ApplyReport: ...
+
+
+class _ReadCommittedConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        # The consumer is not started yet; aiokafka hands the level to its fetcher in start().
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _ReadCommittedConsumer(aiokafka_driver.Consumer):
+    def _new_consumer_thread(self) -> aiokafka_driver.AIOKafkaConsumerThread:
+        return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _ReadCommittedTransport(aiokafka_driver.Transport):
+    Consumer = _ReadCommittedConsumer
+
+
+class _FaustApp(faust.App):
+    """A faust app whose consumers read only committed records."""
+
+    def _new_transport(self) -> TransportT:
+        return _ReadCommittedTransport(self.conf.broker_consumer, self)
+
+
+_SASL_MECHANISMS = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+_CREDENTIAL_KEYS = {
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "ssl.ca.location",
+}
+
+
+def faust_credentials(client: Mapping[str, str]) -> faust.types.auth.CredentialsT | None:
+    """faust credentials from the librdkafka pass-through settings (``kafka.client``).
+
+    Understood: ``security.protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL),
+    ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256/512), ``sasl.username``, ``sasl.password``,
+    ``ssl.ca.location``. Other librdkafka keys tune the ASR workers' clients and are ignored here.
+
+    Raises:
+        ConfigError: a protocol or mechanism the QA app's Kafka client cannot use.
+    """
+    protocol = client.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}:
+        raise ConfigError(f"kafka.client security.protocol {protocol!r} is not supported")
+    context = None
+    if protocol in {"SSL", "SASL_SSL"}:
+        context = ssl.create_default_context(cafile=client.get("ssl.ca.location") or None)
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    if protocol == "PLAINTEXT":
+        return None
+    mechanism = client.get("sasl.mechanism", client.get("sasl.mechanisms", "PLAIN")).upper()
+    if mechanism not in _SASL_MECHANISMS:
+        raise ConfigError(f"kafka.client sasl.mechanism {mechanism!r} is not supported")
+    return faust.SASLCredentials(
+        username=client.get("sasl.username"),
+        password=client.get("sasl.password"),
+        mechanism=mechanism,
+        ssl_context=context,
+    )
+
+
+def _broker_urls(kafka: KafkaSettings) -> list[str]:
+    return [f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",")]
+
+
+class QaApp:
+    """The faust app of ``streamscribe qa``, its topics, tables, agents, timer and web views.
+
+    Construct, then ``run()`` (blocks until SIGTERM/SIGINT). ``clock`` and ``metrics`` are
+    injectable for tests; the web server listens on ``qa.web_bind:qa.web_port``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        rules: QaRules,
+        *,
+        clock: Clock | None = None,
+        metrics: QaMetrics | None = None,
+    ) -> None:
+        kafka, qa = settings.kafka, settings.qa
+        prefix = kafka.topic_prefix
+        self.app_id = f"{prefix}{qa.app_id}"
+        self._partitions = qa.partitions
+        self.clock = clock or WallClock()
+        self.metrics = metrics or QaMetrics()
+        self.analytics = CallAnalytics(
+            rules,
+            self.clock,
+            idle_timeout_ms=qa.idle_timeout_ms,
+            retention_ms=qa.retention_ms,
+            end_grace_ms=qa.end_grace_ms,
+        )
+        unused = sorted(set(kafka.client) - _CREDENTIAL_KEYS)
+        if unused:
+            logger.info("kafka.client keys not used by the QA app: %s", ", ".join(unused))
+        self.app = _FaustApp(
+            self.app_id,
+            broker=_broker_urls(kafka),
+            broker_credentials=faust_credentials(kafka.client),
+            store="memory://",
+            processing_guarantee="at_least_once",
+            topic_partitions=qa.partitions,
+            topic_replication_factor=kafka.replication_factor,
+            topic_allow_declare=True,
+            topic_disable_leader=True,
+            table_standby_replicas=0,
+            # A crashed worker's partitions move after this long (faust's default is 60 s).
+            broker_session_timeout=SESSION_TIMEOUT_S,
+            consumer_auto_offset_reset="earliest",
+            key_serializer="raw",
+            value_serializer="raw",
+            web_enabled=True,
+            web_bind=qa.web_bind,
+            web_port=qa.web_port,
+            datadir=str(Path(tempfile.gettempdir()) / "streamscribe-qa" / self.app_id),
+        )
+        self.finals_topic = self.app.topic(topic_name(TopicRole.FINALS, prefix), **_RAW)
+        self.events_topic = self.app.topic(topic_name(TopicRole.EVENTS, prefix), **_RAW)
+        self.calls_topic = self.app.topic(topic_name(TopicRole.QA_CALLS, prefix), **_RAW)
+        self.input_topic = self.app.topic(
+            f"{self.app_id}-input", internal=True, partitions=qa.partitions, **_RAW
+        )
+        # Tables serialize with the app's (raw) serializers; they take no serializer arguments.
+        self.calls = self.app.Table(
+            "calls", partitions=qa.partitions, help="call id → call state", **_TABLE_TYPES
+        )
+        self.finals = self.app.Table(
+            "finals", partitions=qa.partitions, help="utterance id → final/1 record", **_TABLE_TYPES
+        )
+        # Wall-clock time at which this process first saw its tables recovered: idle timeouts
+        # wait one timeout after it, so a call's backlog is read before the call can time out.
+        self._ready_since_ms: int | None = None
+        self._ticks_pending: set[str] = set()
+        self._background: set[asyncio.Task[None]] = set()
+        self._wire()
+
+    @property
+    def external_topics(self) -> tuple[str, ...]:
+        """The topics this app needs to exist before it starts (``streamscribe topics apply``)."""
+        return (
+            self.finals_topic.get_topic_name(),
+            self.events_topic.get_topic_name(),
+            self.calls_topic.get_topic_name(),
+        )
+
+    def internal_topic_specs(self) -> list[TopicSpec]:
+        """The app's own topics: the input topic and the tables' compacted changelogs."""
+        partitions = self._partitions
+        return [
+            TopicSpec(
+                self.input_topic.get_topic_name(),
+                partitions,
+                {"cleanup.policy": "delete", "retention.ms": str(INPUT_RETENTION_MS)},
+                "QA app input: finals and session events re-keyed by call id, timer ticks",
+            ),
+            *(
+                TopicSpec(
+                    table.changelog_topic.get_topic_name(),
+                    partitions,
+                    {"cleanup.policy": "compact"},
+                    f"changelog of the QA app's {table.name} table",
+                )
+                for table in (self.calls, self.finals)
+            ),
+        ]
+
+    def prepare_topics(self, admin: TopicAdminApi) -> None:
+        """Check the external topics and create the internal ones (idempotent).
+
+        The internal topics are created here, and visible in the cluster's metadata before faust
+        subscribes: faust would create them too, but can subscribe before a new topic is visible
+        and then ignores it until its next metadata refresh (minutes).
+
+        Raises:
+            ConfigError: an external topic is missing, or the internal topics exist with another
+                partition count than ``qa.partitions`` (tables are partitioned like their input:
+                changing the count would strand state).
+        """
+        internal = self.internal_topic_specs()
+        observed = admin.observe([*self.external_topics, *(spec.name for spec in internal)])
+        missing = [name for name in self.external_topics if name not in observed]
+        if missing:
+            raise ConfigError(
+                f"topic(s) {', '.join(missing)} missing: run `streamscribe topics apply` first"
+            )
+        for spec in internal:
+            have = observed.get(spec.name)
+            if have is not None and have.partitions != spec.partitions:
+                raise ConfigError(
+                    f"{spec.name} has {have.partitions} partitions but qa.partitions "
+                    f"(STREAMSCRIBE_QA_PARTITIONS) is {spec.partitions}; use the existing count "
+                    f"or a new qa.app_id"
+                )
+        admin.apply(internal)
+
+    def run(self, loglevel: str = "info") -> int:
+        """Run the worker until it is stopped; returns its exit status."""
+        # faust creates its data folder (unused by the memory store) but not the folder's parent.
+        Path(self.app.conf.datadir).parent.mkdir(parents=True, exist_ok=True)
+        worker = faust.Worker(self.app, loglevel=loglevel, quiet=True)
+        try:
+            worker.execute_from_commandline()
+        except SystemExit as stop:
+            return stop.code if isinstance(stop.code, int) else 1
+        return 0
+
+    # -- input ---------------------------------------------------------------------------------
+
+    async def _reject(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        reason: RecordRejectReason,
+        detail: str,
+        call_id: str | None = None,
+    ) -> None:
+        """Count, log and report a skipped record on asr.events (never raises on bad input)."""
+        self.metrics.count_rejected(reason)
+        logger.warning(
+            "skipped record %s[%d]@%d: %s: %s", topic, partition, offset, reason.value, detail
+        )
+        event = Event(
+            type=REJECTION_EVENT_TYPE,
+            emit_ms=self.clock.now_ms(),
+            source=self.app_id,
+            call_id=call_id,
+            detail={
+                "schema": REJECTION_DETAIL_SCHEMA,
+                "reason": reason.value,
+                "detail": detail[:1000],
+                "topic": topic,
+                "partition": partition,
+                "offset": offset,
+            },
+        )
+        await self.events_topic.send(key=call_id, value=to_json(event))
+
+    async def _forward(self, kind: RecordKind, event: faust.types.EventT[Any]) -> None:
+        """Check one record of asr.finals / asr.events and re-key it into the input topic."""
+        message = event.message
+        value: bytes | None = event.value
+        try:
+            if kind is RecordKind.FINAL:
+                call_id = parse_final(value).call_id
+                envelope = InputKind.FINAL
+            else:
+                parsed = parse_event(value)
+                if parsed is None or parsed.call_id is None:
+                    return
+                call_id = parsed.call_id
+                envelope = InputKind.EVENT
+        except RecordRejectedError as error:
+            await self._reject(
+                message.topic, message.partition, message.offset, error.reason, error.detail
+            )
+            return
+        self.metrics.count_record(kind)
+        await self.input_topic.send(key=call_id, value=encode_input(envelope, value or b""))
+
+    def _load_finals(self, state: CallState) -> list[Final]:
+        finals = []
+        for uid in state.utterance_ids:
+            raw = self.finals.get(uid)
+            if raw is not None:
+                finals.append(parse_final(raw))
+        return finals
+
+    async def _process(self, call_id: str, value: bytes | None) -> None:
+        """Apply one input to its call: update the tables, publish when the analytics say so."""
+        envelope = decode_input(value)
+        raw_state = self.calls.get(call_id)
+        before = CallState.from_json(raw_state) if raw_state is not None else None
+        after: CallState | None
+        if envelope.kind is InputKind.FINAL:
+            final = parse_final(envelope.payload)
+            step = self.analytics.on_final(before, final)
+            if step.is_new:
+                self.finals[final.utterance_id] = envelope.payload
+            else:
+                self.metrics.count_duplicate()
+            after = step.state
+        elif envelope.kind is InputKind.EVENT:
+            event = parse_event(envelope.payload)
+            if event is None:
+                return
+            after = self.analytics.on_event(before, event)
+        else:
+            self._ticks_pending.discard(call_id)
+            if before is None:
+                return
+            after = self.analytics.on_tick(before)
+            if after is None:
+                for uid in before.utterance_ids:
+                    self.finals.pop(uid, None)
+                del self.calls[call_id]
+                logger.info("call %s expired from the QA tables", call_id)
+                return
+        if after.end_reason is not None and (before is None or not before.ended):
+            self.metrics.count_ended(after.end_reason)
+        wait_ms = self.analytics.publication_wait_ms(after)
+        if wait_ms == 0:
+            after, summary = self.analytics.publish(after, self._load_finals(after))
+            if summary is not None:
+                # Delivered before the state that records it: a crash repeats, never loses it.
+                delivery = await self.calls_topic.send(key=call_id, value=summary_json(summary))
+                await delivery
+                self.metrics.count_published(summary.revision)
+                logger.info("published call %s revision %d", call_id, summary.revision)
+        elif wait_ms is not None:
+            self._tick_later(call_id, wait_ms)
+        self.calls[call_id] = after.to_json()
+
+    # -- views ---------------------------------------------------------------------------------
+
+    def partition_of(self, call_id: str) -> int:
+        """The input (and table) partition of a call: the producer's default key partitioner."""
+        every = list(range(self._partitions))
+        partition: int = DefaultPartitioner()(call_id.encode(), every, every)
+        return partition
+
+    def owns(self, partition: int) -> bool:
+        """Whether this worker holds the tables of ``partition`` now."""
+        tp = faust.types.TP(self.input_topic.get_topic_name(), partition)
+        return tp in self.app.consumer.assignment()
+
+    def owner_url(self, partition: int) -> str | None:
+        """The web URL of the worker that holds ``partition`` (from the last assignment)."""
+        changelog = self.calls.changelog_topic.get_topic_name()
+        for host, topics in self.app.router.table_metadata(self.calls.name).items():
+            if partition in topics.get(changelog, ()):
+                return str(host)
+        return None
+
+    def call_json(self, call_id: str) -> bytes | None:
+        """The call's summary as ``qa_call/1`` JSON (live or last published), None if unknown."""
+        raw = self.calls.get(call_id)
+        if raw is None:
+            return None
+        state = CallState.from_json(raw)
+        return summary_json(self.analytics.view(state, self._load_finals(state)))
+
+    def recent_calls(self, since_ms: int, limit: int) -> list[dict[str, Any]]:
+        """Calls of this worker with activity at or after ``since_ms``, most recent first."""
+        states = [CallState.from_json(raw) for raw in list(self.calls.values())]
+        recent = sorted(
+            (state for state in states if state.last_activity_ms >= since_ms),
+            key=lambda state: (-state.last_activity_ms, state.call_id),
+        )
+        return [
+            {
+                "call_id": state.call_id,
+                "tenant": state.tenant,
+                "status": state.meta().status.value,
+                "end_reason": state.end_reason.value if state.end_reason else None,
+                "revision": state.revision,
+                "channels": list(state.channels),
+                "utterances": len(state.utterance_ids),
+                "first_seen_ms": state.first_seen_ms,
+                "last_activity_ms": state.last_activity_ms,
+                "ended_ms": state.ended_ms,
+                "published_ms": state.published_ms,
+            }
+            for state in recent[:limit]
+        ]
+
+    def readiness(self) -> Readiness:
+        # TableManagerT does not declare ``recovery``; the TableManager faust creates has it.
+        recovery = self.app.tables.recovery  # type: ignore[attr-defined]
+        return Readiness.of(
+            ReadinessCheck(
+                "tables_recovered",
+                recovery.completed.is_set() and not self.app.in_recovery,
+                "changelogs read" if recovery.completed.is_set() else "recovering tables",
+            ),
+            not_rebalancing=not self.app.rebalancing,
+        )
+
+    # -- timer ---------------------------------------------------------------------------------
+
+    def _tick_later(self, call_id: str, delay_ms: int) -> None:
+        """Send a tick for ``call_id`` after ``delay_ms`` (end grace); the sweep is the backstop.
+
+        The delayed tick lives only in this process: after a crash or rebalance the sweep finds
+        the ended, unpublished call in the table and ticks it.
+        """
+        if call_id in self._ticks_pending:
+            return
+        self._ticks_pending.add(call_id)
+
+        async def tick() -> None:
+            await asyncio.sleep(delay_ms / 1000)
+            try:
+                await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
+            except Exception:
+                # Not sent: let the next sweep try again.
+                self._ticks_pending.discard(call_id)
+                logger.exception("could not send a tick for call %s", call_id)
+
+        task = asyncio.ensure_future(tick())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _sweep(self) -> None:
+        """Update the call gauges; tick calls that are idle, due for publication or expired.
+
+        Idle checks start one idle timeout after this process became ready, so that a call's
+        backlog (after a restart or rebalance) is read before the call can time out.
+        """
+        if not self.readiness().ready:
+            return
+        now_ms = self.clock.now_ms()
+        if self._ready_since_ms is None:
+            self._ready_since_ms = now_ms
+        idle_checks = now_ms - self._ready_since_ms >= self.analytics.idle_timeout_ms
+        states = [CallState.from_json(raw) for raw in list(self.calls.values())]
+        self.metrics.set_calls(sum(1 for s in states if not s.ended), len(states))
+        for state in states:
+            if state.call_id in self._ticks_pending:
+                continue
+            if self.analytics.tick_due(state, idle_checks=idle_checks):
+                self._tick_later(state.call_id, 0)
+
+    # -- wiring --------------------------------------------------------------------------------
+
+    def _wire(self) -> None:
+        app = self.app
+        shell = self
+
+        @app.agent(self.finals_topic, name="forward_finals")
+        async def forward_finals(stream: faust.StreamT[bytes]) -> None:
+            async for event in stream.events():
+                await shell._forward(RecordKind.FINAL, event)
+
+        @app.agent(self.events_topic, name="forward_events")
+        async def forward_events(stream: faust.StreamT[bytes]) -> None:
+            async for event in stream.events():
+                await shell._forward(RecordKind.EVENT, event)
+
+        @app.agent(self.input_topic, name="process")
+        async def process(stream: faust.StreamT[bytes]) -> None:
+            async for event in stream.events():
+                message = event.message
+                call_id = event.key if isinstance(event.key, str) else None
+                try:
+                    if call_id is None:
+                        raise RecordRejectedError(
+                            RecordRejectReason.INVALID_FIELD, "input without a call id key"
+                        )
+                    await shell._process(call_id, event.value)
+                except RecordRejectedError as error:
+                    await shell._reject(
+                        message.topic,
+                        message.partition,
+                        message.offset,
+                        error.reason,
+                        error.detail,
+                        call_id,
+                    )
+                except Exception as error:
+                    # The app must keep going on any one bad record; the traceback is logged.
+                    logger.exception("processing call %s failed", call_id)
+                    await shell._reject(
+                        message.topic,
+                        message.partition,
+                        message.offset,
+                        RecordRejectReason.PROCESSING_ERROR,
+                        repr(error),
+                        call_id,
+                    )
+
+        interval_s = min(10.0, max(0.1, self.analytics.idle_timeout_ms / 10_000))
+
+        @app.timer(interval=interval_s, name="sweep")  # type: ignore[untyped-decorator]
+        async def sweep() -> None:
+            await shell._sweep()
+
+        @app.page("/calls/{call_id}", name="call")
+        class CallView(View):
+            async def get(self, request: Request, call_id: str) -> Response:
+                partition = shell.partition_of(call_id)
+                if not shell.owns(partition):
+                    owner = shell.owner_url(partition)
+                    if owner is None or owner.rstrip("/") == str(app.conf.canonical_url):
+                        return self.json(
+                            {"error": f"partition {partition} is not assigned yet"}, status=503
+                        )
+                    # Another worker holds this call's tables: send the client there.
+                    location = f"{owner.rstrip('/')}/calls/{call_id}"
+                    return self.json(
+                        {"location": location}, status=307, headers={"Location": location}
+                    )
+                body = shell.call_json(call_id)
+                if body is None:
+                    return self.json({"error": f"unknown call {call_id!r}"}, status=404)
+                return self.bytes(body, content_type="application/json")
+
+        @app.page("/calls", name="calls")
+        class CallsView(View):
+            async def get(self, request: Request) -> Response:
+                query: Mapping[str, str] = request.query
+                try:
+                    since_ms = int(query.get("since", shell.clock.now_ms() - RECENT_WINDOW_MS))
+                    limit = int(query.get("limit", DEFAULT_RECENT_LIMIT))
+                except ValueError:
+                    return self.json({"error": "since and limit must be integers"}, status=400)
+                limit = max(1, min(limit, MAX_RECENT_LIMIT))
+                return self.json({"calls": shell.recent_calls(since_ms, limit)})
+
+        @app.page("/metrics", name="metrics")
+        class MetricsView(View):
+            async def get(self, request: Request) -> Response:
+                accept = request.headers.get("Accept", "")
+                encoder, content_type = choose_encoder(accept)
+                return self.bytes(
+                    encoder(shell.metrics.registry), headers={"Content-Type": content_type}
+                )
+
+        @app.page("/healthz", name="healthz")
+        class HealthView(View):
+            async def get(self, request: Request) -> Response:
+                return self.json({"ok": True})
+
+        @app.page("/readyz", name="readyz")
+        class ReadyView(View):
+            async def get(self, request: Request) -> Response:
+                readiness = shell.readiness()
+                return self.bytes(
+                    readiness.to_json(),
+                    content_type="application/json",
+                    status=200 if readiness.ready else 503,
+                )
+
+        # Referenced so linters see the decorated definitions as used.
+        self._agents = (forward_finals, forward_events, process, sweep)
+        self._views = (CallView, CallsView, MetricsView, HealthView, ReadyView)

@@ -1,0 +1,171 @@
+"""Word-level fuzzy phrase matching, tolerant of ASR errors (pure, no dependencies).
+
+Text is compared as normalized words (``normalize_words``: lower case, punctuation dropped,
+apostrophes removed, so ``That's`` → ``thats``). A phrase matches a stretch of transcript when a
+word-level edit-distance alignment of the phrase against that stretch is cheap enough:
+
+- two words are *similar* when their character-level normalized Levenshtein similarity
+  (``1 - distance / longer length``) is at least ``word_similarity``; aligning similar words costs
+  ``1 - similarity`` (0 for identical words), aligning dissimilar words costs 1 (a substitution);
+- a phrase word missing from the transcript costs 1, an extra transcript word inside the stretch
+  costs 1;
+- the match *score* is ``1 - cost / phrase length`` and a match needs ``score >= min_score``.
+
+With the default ``min_score`` of 0.8 a five-word phrase survives one substituted, missing or
+inserted word, and a three-word phrase must be exact up to similar spellings. The alignment is
+semi-global: the whole phrase against any stretch of the transcript (Sellers' algorithm), so a
+phrase is found inside a longer utterance; cost is O(phrase words × transcript words).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "MatchOptions",
+    "PhraseMatch",
+    "Token",
+    "find_phrase",
+    "levenshtein",
+    "normalize_words",
+    "word_similarity",
+]
+
+_APOSTROPHES = re.compile("['\u2019\u2018`]")
+_NOT_WORD = re.compile(r"[^\w]+")
+
+
+@dataclass(frozen=True, slots=True)
+class MatchOptions:
+    """Tolerances of ``find_phrase`` (see the module docstring for their meaning)."""
+
+    min_score: float = 0.8
+    word_similarity: float = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One normalized transcript word with where it came from.
+
+    ``word_index`` is the position of the source word in its utterance; a source word that
+    normalizes to several tokens (``check-in``) gives several tokens with the same index.
+    """
+
+    norm: str
+    text: str
+    utterance_id: str
+    channel: str
+    word_index: int
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PhraseMatch:
+    """Where a phrase was found: ``tokens[first:last + 1]`` of the searched sequence."""
+
+    first: int
+    last: int
+    score: float
+
+
+def normalize_words(text: str) -> list[str]:
+    """Lower-case words with punctuation removed and apostrophes dropped inside words."""
+    return _NOT_WORD.sub(" ", _APOSTROPHES.sub("", text.lower()).replace("_", " ")).split()
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Character edit distance (insertions, deletions, substitutions cost 1)."""
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, char_a in enumerate(a, 1):
+        current = [i]
+        for j, char_b in enumerate(b, 1):
+            current.append(
+                min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char_a != char_b))
+            )
+        previous = current
+    return previous[-1]
+
+
+def word_similarity(a: str, b: str) -> float:
+    """``1 - levenshtein(a, b) / max(len(a), len(b))``; 1.0 for two empty words."""
+    longest = max(len(a), len(b))
+    if longest == 0:
+        return 1.0
+    return 1.0 - levenshtein(a, b) / longest
+
+
+def _substitution_cost(phrase_word: str, word: str, options: MatchOptions) -> float:
+    if phrase_word == word:
+        return 0.0
+    similarity = word_similarity(phrase_word, word)
+    return 1.0 - similarity if similarity >= options.word_similarity else 1.0
+
+
+def _best_match_from(
+    phrase: Sequence[str], words: Sequence[str], begin: int, options: MatchOptions
+) -> PhraseMatch | None:
+    """The first acceptable match ending at or after ``begin``, at its locally best end.
+
+    Column ``j`` of the dynamic programme holds, for each phrase prefix, the cheapest alignment
+    ending just before ``words[j]`` and the index where that alignment starts. Scanning
+    left to right, the first end whose full-phrase cost is acceptable is taken, moved right while
+    the cost keeps falling (``recorder`` → ``recorded`` a word later), and returned.
+    """
+    size = len(phrase)
+    budget = (1.0 - options.min_score) * size + 1e-9
+    cost = [float(i) for i in range(size + 1)]
+    start = [begin] * (size + 1)
+    found: PhraseMatch | None = None
+    found_cost = 0.0
+    for j in range(begin, len(words)):
+        new_cost = [0.0]
+        new_start = [j + 1]
+        for i in range(1, size + 1):
+            candidates = (
+                (cost[i - 1] + _substitution_cost(phrase[i - 1], words[j], options), start[i - 1]),
+                (new_cost[i - 1] + 1.0, new_start[i - 1]),
+                (cost[i] + 1.0, start[i]),
+            )
+            # On equal cost prefer the later start: the tighter stretch of transcript.
+            best = min(candidates, key=lambda pair: (pair[0], -pair[1]))
+            new_cost.append(best[0])
+            new_start.append(best[1])
+        cost, start = new_cost, new_start
+        if found is not None:
+            if cost[size] < found_cost:
+                found, found_cost = PhraseMatch(start[size], j, 0.0), cost[size]
+                continue
+            break
+        if cost[size] <= budget:
+            found, found_cost = PhraseMatch(start[size], j, 0.0), cost[size]
+    if found is None:
+        return None
+    return PhraseMatch(found.first, found.last, round(1.0 - found_cost / size, 4))
+
+
+def find_phrase(
+    phrase: str, tokens: Sequence[Token], options: MatchOptions | None = None
+) -> list[PhraseMatch]:
+    """Every non-overlapping match of ``phrase`` in ``tokens``, left to right.
+
+    An empty phrase (nothing left after normalization) matches nothing.
+    """
+    chosen = options or MatchOptions()
+    phrase_words = normalize_words(phrase)
+    if not phrase_words:
+        return []
+    words = [token.norm for token in tokens]
+    matches: list[PhraseMatch] = []
+    begin = 0
+    while begin < len(words):
+        match = _best_match_from(phrase_words, words, begin, chosen)
+        if match is None:
+            break
+        matches.append(match)
+        begin = match.last + 1
+    return matches

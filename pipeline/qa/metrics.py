@@ -1,0 +1,146 @@
+"""Prometheus metrics of the QA app, declared once (same catalogue shape as the worker's).
+
+Labels take their values from closed enums (``InputKind``-like record kinds, ``RecordRejectReason``,
+``EndReason``, publication kind); call ids never become labels.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    gc_collector,
+    platform_collector,
+    process_collector,
+)
+
+from pipeline.qa.records import RecordRejectReason
+from pipeline.qa.summary import EndReason
+from pipeline.runtime.metrics import LabelSpec, MetricSpec, MetricType, catalogue_markdown
+
+__all__ = ["QA_CATALOGUE", "Publication", "QaMetrics", "RecordKind", "qa_catalogue_markdown"]
+
+
+class RecordKind(enum.StrEnum):
+    FINAL = "final"
+    EVENT = "event"
+
+
+class Publication(enum.StrEnum):
+    FIRST = "first"
+    """Revision 1: the call just ended."""
+    REVISION = "revision"
+    """Revision 2 or later: late input changed a published summary."""
+
+
+def _values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
+    return tuple(member.value for member in kind)
+
+
+RECORDS = MetricSpec(
+    "qa_records_total",
+    MetricType.COUNTER,
+    (LabelSpec("kind", _values(RecordKind)),),
+    "Input records accepted from asr.finals / asr.events (events of unused types excluded).",
+)
+REJECTED = MetricSpec(
+    "qa_records_rejected_total",
+    MetricType.COUNTER,
+    (LabelSpec("reason", _values(RecordRejectReason)),),
+    "Malformed or unknown-schema input records skipped (each also reported on asr.events).",
+)
+DUPLICATES = MetricSpec(
+    "qa_duplicate_finals_total",
+    MetricType.COUNTER,
+    (),
+    "Finals whose utterance id was already recorded (counted once in summaries).",
+)
+CALLS_ENDED = MetricSpec(
+    "qa_calls_ended_total",
+    MetricType.COUNTER,
+    (LabelSpec("reason", _values(EndReason)),),
+    "Calls that ended, by how the end was detected.",
+)
+SUMMARIES = MetricSpec(
+    "qa_summaries_published_total",
+    MetricType.COUNTER,
+    (LabelSpec("publication", _values(Publication)),),
+    "Summaries published to qa.calls: first publication or a later revision.",
+)
+OPEN_CALLS = MetricSpec(
+    "qa_open_calls",
+    MetricType.GAUGE,
+    (),
+    "Calls in this process's tables that have not ended.",
+)
+TRACKED_CALLS = MetricSpec(
+    "qa_tracked_calls",
+    MetricType.GAUGE,
+    (),
+    "Calls held in this process's tables (open, and ended within the retention).",
+)
+
+QA_CATALOGUE: tuple[MetricSpec, ...] = (
+    RECORDS,
+    REJECTED,
+    DUPLICATES,
+    CALLS_ENDED,
+    SUMMARIES,
+    OPEN_CALLS,
+    TRACKED_CALLS,
+)
+
+
+def qa_catalogue_markdown() -> str:
+    """The QA metrics as a Markdown table (docs/qa.md)."""
+    return catalogue_markdown(QA_CATALOGUE)
+
+
+class QaMetrics:
+    """The collectors of one QA app process on one registry (private unless one is given)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        if registry is None:
+            registry = CollectorRegistry()
+            process_collector.ProcessCollector(registry=registry)
+            platform_collector.PlatformCollector(registry=registry)
+            gc_collector.GCCollector(registry=registry)
+        self.registry = registry
+        self._records = self._counter(RECORDS)
+        self._rejected = self._counter(REJECTED)
+        self._duplicates = self._counter(DUPLICATES)
+        self._ended = self._counter(CALLS_ENDED)
+        self._summaries = self._counter(SUMMARIES)
+        self._open_calls = Gauge(OPEN_CALLS.name, OPEN_CALLS.help, registry=registry)
+        self._tracked_calls = Gauge(TRACKED_CALLS.name, TRACKED_CALLS.help, registry=registry)
+
+    def _counter(self, spec: MetricSpec) -> Counter:
+        counter = Counter(spec.name, spec.help, spec.label_names, registry=self.registry)
+        # Series of closed label sets exist from the start, so rate() sees zeros.
+        for label in spec.labels[:1]:
+            for value in label.values:
+                counter.labels(value)
+        return counter
+
+    def count_record(self, kind: RecordKind) -> None:
+        self._records.labels(RecordKind(kind).value).inc()
+
+    def count_rejected(self, reason: RecordRejectReason) -> None:
+        self._rejected.labels(RecordRejectReason(reason).value).inc()
+
+    def count_duplicate(self) -> None:
+        self._duplicates.inc()
+
+    def count_ended(self, reason: EndReason) -> None:
+        self._ended.labels(EndReason(reason).value).inc()
+
+    def count_published(self, revision: int) -> None:
+        kind = Publication.FIRST if revision == 1 else Publication.REVISION
+        self._summaries.labels(kind.value).inc()
+
+    def set_calls(self, open_calls: int, tracked_calls: int) -> None:
+        self._open_calls.set(open_calls)
+        self._tracked_calls.set(tracked_calls)

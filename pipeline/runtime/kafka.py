@@ -1,0 +1,83 @@
+"""librdkafka configurations of the worker's clients (settings map onto librdkafka keys here)."""
+
+from __future__ import annotations
+
+from pipeline.settings import KafkaSettings, WorkerSettings
+
+__all__ = [
+    "checkpoint_reader_config",
+    "consumer_config",
+    "partials_producer_config",
+    "transactional_producer_config",
+]
+
+
+def _base(kafka: KafkaSettings) -> dict[str, str | int | bool]:
+    return {**kafka.client, "bootstrap.servers": kafka.bootstrap_servers}
+
+
+def consumer_config(
+    kafka: KafkaSettings, worker: WorkerSettings, worker_id: str
+) -> dict[str, object]:
+    """The audio consumer: group member, manual commits through transactions, cooperative."""
+    config: dict[str, object] = {
+        **_base(kafka),
+        "group.id": worker.group_id,
+        "client.id": f"streamscribe-worker-{worker_id}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "partition.assignment.strategy": "cooperative-sticky",
+        "session.timeout.ms": worker.session_timeout_ms,
+        "heartbeat.interval.ms": max(500, worker.session_timeout_ms // 5),
+        "max.poll.interval.ms": 300_000,
+        "fetch.wait.max.ms": 50,
+        "queued.max.messages.kbytes": 65536,
+    }
+    if worker.static_membership:
+        config["group.instance.id"] = worker_id
+    return config
+
+
+def transactional_producer_config(
+    kafka: KafkaSettings, worker: WorkerSettings, worker_id: str
+) -> dict[str, object]:
+    """Finals, events, checkpoints and dead letters: one transaction per commit.
+
+    The transactional id is stable per worker, so a restarted worker fences its previous
+    incarnation; ``transaction.timeout.ms`` bounds how long a dead worker's open transaction
+    blocks ``read_committed`` readers.
+    """
+    return {
+        **_base(kafka),
+        "transactional.id": f"{worker.group_id}-{worker_id}",
+        "client.id": f"streamscribe-worker-{worker_id}-tx",
+        "enable.idempotence": True,
+        "transaction.timeout.ms": worker.transaction_timeout_ms,
+        "linger.ms": 2,
+        "compression.type": "lz4",
+    }
+
+
+def partials_producer_config(kafka: KafkaSettings, worker_id: str) -> dict[str, object]:
+    """Partials: idempotent, not transactional (visible at once; may repeat after failover)."""
+    return {
+        **_base(kafka),
+        "client.id": f"streamscribe-worker-{worker_id}-partials",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "compression.type": "lz4",
+    }
+
+
+def checkpoint_reader_config(kafka: KafkaSettings, worker_id: str) -> dict[str, object]:
+    """A group-less reader of ``asr.checkpoints`` (assign + read to the end, never commits)."""
+    return {
+        **_base(kafka),
+        "group.id": f"streamscribe-checkpoint-reader-{worker_id}",
+        "client.id": f"streamscribe-worker-{worker_id}-checkpoints",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "auto.offset.reset": "earliest",
+    }

@@ -1,0 +1,744 @@
+"""The ASR worker's run loop: Kafka in, engine in the middle, Kafka out, exactly once.
+
+One loop, read top to bottom::
+
+    start:   load model → begin transaction → subscribe (cooperative-sticky)
+    loop:    poll a batch → admit / dead-letter each record → engine.step()
+             → partials out (plain producer) · finals, events, dead letters (transaction)
+             → idle sessions closed → commit when due (checkpoints + low watermarks + finals)
+             → pause / resume partitions (backpressure)
+    stop:    SIGTERM → stop fetching → commit → leave the group → exit within the bound
+
+Exactly-once finals. Finals, checkpoints, dead letters and consumer offsets are committed in one
+Kafka transaction. The committed offset of a partition is its *low watermark* (the first record a
+replay still needs), so a worker that takes over after a crash or a rebalance replays from there
+and rebuilds sessions exactly (``pipeline.worker.checkpoint``): utterances whose finals were
+committed are not emitted again, dead letters and events of records already handled are not
+repeated. Partials go through a separate idempotent producer and may repeat after a failover.
+
+Rebalance hooks (``_on_assign``/``_on_revoke``/``_on_lost``) run inside ``consume``, on the loop's
+thread: revoke commits first and then forgets the partitions' sessions; assign reads the
+partitions' checkpoints and restores them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from pipeline.asr.engine import SessionEnded, StreamingEngine, Suppressed
+from pipeline.asr.session import SessionKey
+from pipeline.clock import Clock, WallClock
+from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
+from pipeline.contracts.messages import (
+    DeadLetterInfo,
+    Event,
+    EventType,
+    Final,
+    Partial,
+    to_dict,
+    to_json,
+)
+from pipeline.errors import ChunkRejectedError, InfrastructureError
+from pipeline.runtime.kafka import (
+    checkpoint_reader_config,
+    consumer_config,
+    partials_producer_config,
+    transactional_producer_config,
+)
+from pipeline.runtime.metrics import ChunkOutcome, DurationKind, WorkerMetrics
+from pipeline.settings import Settings
+from pipeline.topics import TopicRole, topic_name
+from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
+from pipeline.worker.checkpoint import (
+    PARTITION_KEY,
+    PartitionCheckpoint,
+    SessionCheckpoint,
+    decode_checkpoint,
+    encode_key,
+)
+from pipeline.worker.progress import PartitionProgress
+
+__all__ = ["AsrWorker", "WorkerStatus", "default_worker_id"]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_READ_TIMEOUT_S = 30.0
+TRANSACTION_TIMEOUT_S = 30.0
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(slots=True)
+class WorkerStatus:
+    """What readiness and tests look at; written by the loop's thread only."""
+
+    model_loaded: bool = False
+    assigned: frozenset[int] = frozenset()
+    paused: bool = False
+    running: bool = False
+    commits: int = 0
+    finals: int = 0
+    dead_letters: int = 0
+    events: dict[str, int] = field(default_factory=dict)
+
+
+class AsrWorker:
+    """A member of the ASR consumer group. ``run`` blocks until ``stop`` (or SIGTERM)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: StreamingEngine,
+        *,
+        metrics: WorkerMetrics | None = None,
+        clock: Clock | None = None,
+        model_facts: dict[str, str] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._worker = settings.worker
+        self._engine = engine
+        self._metrics = metrics or WorkerMetrics()
+        self._clock = clock or WallClock()
+        self._model_facts = model_facts or {"model_id": engine.model_id}
+        self.worker_id = settings.worker.worker_id or default_worker_id()
+        prefix = settings.kafka.topic_prefix
+        self._topics = {role: topic_name(role.value, prefix) for role in TopicRole}
+        self._admission = Admission(
+            AdmissionLimits(self._worker.max_call_ms, self._worker.max_open_sessions)
+        )
+        self._partitions: dict[int, PartitionProgress] = {}
+        self._session_partition: dict[SessionKey, int] = {}
+        self._stop = threading.Event()
+        self._last_commit_ms = 0
+        self._commit_needed = False
+        self.status = WorkerStatus()
+        self._finals_in_tx: list[Final] = []
+        self._outbox: list[_Record] = []
+        self._closing = False
+        self._consumer: Any = None
+        self._tx: Any = None
+        self._partials: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the loop to finish (thread-safe; what SIGTERM calls)."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop())
+
+    def run(self) -> None:
+        """Run until stopped. Raises InfrastructureError on a fatal Kafka error."""
+        kafka = self._settings.kafka
+        self._tx = Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+        self._partials = Producer(partials_producer_config(kafka, self.worker_id))
+        try:
+            self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
+        except KafkaException as error:
+            raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
+        self._consumer = Consumer(consumer_config(kafka, self._worker, self.worker_id))
+        self.status.model_loaded = True
+        self.status.running = True
+        self._event(EventType.MODEL_LOADED, detail=dict(self._model_facts))
+        self._event(EventType.WORKER_STARTED, detail={"worker_id": self.worker_id})
+        self._consumer.subscribe(
+            [self._topics[TopicRole.AUDIO_CHUNKS]],
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        try:
+            while not self._stop.is_set():
+                self._iteration()
+        finally:
+            self._shutdown()
+
+    def _iteration(self) -> None:
+        records = self._consumer.consume(
+            num_messages=self._worker.poll_batch, timeout=self._worker.poll_timeout_ms / 1000
+        )
+        for record in records:
+            self._handle(record)
+        started = time.perf_counter()
+        outputs = self._engine.step(max_jobs=self._worker.max_step_jobs)
+        if outputs:
+            self._metrics.observe_duration(DurationKind.STEP, time.perf_counter() - started)
+        for output in outputs:
+            self._route(output)
+        self._close_idle_sessions()
+        now_ms = self._clock.now_ms()
+        if self._commit_needed or now_ms - self._last_commit_ms >= self._worker.commit_interval_ms:
+            self._commit()
+        self._backpressure()
+        self._partials.poll(0)
+        self._metrics.set_active_sessions(len(self._engine.sessions))
+
+    def _shutdown(self) -> None:
+        """Stop fetching, commit what is done, hand open work to the next owner, leave."""
+        deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
+        try:
+            if self._consumer is not None and self.status.assigned:
+                self._consumer.pause(self._assignment())
+            self._event(EventType.WORKER_STOPPED, detail={"worker_id": self.worker_id})
+            self._commit()
+        except (KafkaException, InfrastructureError) as error:
+            logger.warning("final commit failed (the next owner replays): %s", error)
+        finally:
+            remaining = max(0.5, deadline - time.monotonic())
+            if self._partials is not None:
+                self._partials.flush(min(remaining, 5.0))
+            self._closing = True
+            if self._consumer is not None:
+                try:
+                    self._consumer.close()
+                except (KafkaException, KafkaError) as error:
+                    logger.warning("consumer close: %s", error)
+            self.status.running = False
+
+    # -- input -----------------------------------------------------------------------------
+
+    def _handle(self, record: Message) -> None:
+        error = record.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                logger.warning("consume error: %s", error)
+            return
+        partition = record.partition()
+        offset = record.offset()
+        progress = self._partitions.get(partition)
+        if progress is None:
+            return  # revoked while this batch was in flight
+        progress.consumed(offset)
+        replaying = offset <= progress.handled_through
+        try:
+            chunk = decode_chunk(
+                record.key(),
+                record.value(),
+                record.headers(),
+                max_payload_bytes=self._worker.max_chunk_bytes,
+            )
+        except ChunkRejectedError as rejected:
+            if not replaying:
+                self._dead_letter(record, rejected.reason, rejected.detail, None)
+            return
+        key = SessionKey(chunk.call_id, chunk.channel)
+        session = progress.session(key)
+        if offset <= session.skip_through:
+            return  # covered by the session's restored snapshot
+        decision = self._admission.decide(key, chunk.seq, chunk.duration_ms, chunk.end_of_stream)
+        if decision.verdict is Verdict.DUPLICATE:
+            if not replaying:
+                self._metrics.count_chunk(ChunkOutcome.DUPLICATE)
+            return
+        if decision.verdict is Verdict.REJECT:
+            if not replaying:
+                assert decision.reason is not None
+                self._dead_letter(record, decision.reason, decision.detail, key)
+            return
+        if not replaying:
+            self._metrics.count_chunk(ChunkOutcome.OK)
+            if decision.new_session:
+                self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
+            if decision.gap is not None:
+                first, end = decision.gap
+                self._event(
+                    EventType.SEQUENCE_GAP, key, {"missing_from": first, "missing_to": end - 1}
+                )
+        self._session_partition[key] = partition
+        session.needed_offsets.append(offset)
+        session.last_activity_ms = self._clock.now_ms()
+        session.dirty = True
+        self._engine.accept(
+            key,
+            chunk.samples_float32(),
+            chunk.sample_rate_hz,
+            tenant=chunk.tenant,
+            capture_ms=chunk.capture_ms,
+            position=offset,
+            flush=chunk.flush,
+            end_of_stream=chunk.end_of_stream,
+        )
+
+    def _dead_letter(
+        self, record: Message, reason: str, detail: str, key: SessionKey | None
+    ) -> None:
+        info = DeadLetterInfo(
+            reason=str(reason),
+            detail=detail,
+            topic=record.topic(),
+            partition=record.partition(),
+            offset=record.offset(),
+            worker_id=self.worker_id,
+        )
+        self._stage(
+            self._topics[TopicRole.DLQ],
+            key=record.key(),
+            value=record.value(),
+            headers=list(record.headers() or []) + info.headers(),
+        )
+        self._metrics.count_chunk(ChunkOutcome.REJECTED)
+        self._metrics.count_dead_letter(RejectReason(reason))
+        self.status.dead_letters += 1
+        self._event(
+            EventType.CHUNK_REJECTED,
+            key,
+            to_dict(info),
+            call_id=None if key else _text_key(record.key()),
+        )
+        self._commit_needed = True
+
+    # -- output ----------------------------------------------------------------------------
+
+    def _route(self, output: Partial | Final | Suppressed | SessionEnded) -> None:
+        if isinstance(output, Partial):
+            self._produce_partial(output)
+        elif isinstance(output, Final):
+            self._produce_final(output)
+        elif isinstance(output, Suppressed):
+            self._metrics.count_suppressed_hallucination(_guard_label(output.guard.value))
+            if output.final:
+                self._finalized(output.key, output.utterance_index)
+                self._event(
+                    EventType.HALLUCINATION_SUPPRESSED,
+                    output.key,
+                    {"utterance_index": output.utterance_index, "guard": output.guard.value},
+                )
+        else:
+            self._session_ended(output)
+
+    def _produce_partial(self, partial: Partial) -> None:
+        try:
+            self._partials.produce(
+                self._topics[TopicRole.PARTIALS],
+                key=partial.call_id.encode(),
+                value=to_json(partial),
+            )
+        except BufferError:
+            self._metrics.count_thinned_partials()
+            return
+        if partial.capture_ms is not None:
+            latency_s = max(0, partial.emit_ms - partial.capture_ms) / 1000
+            self._metrics.observe_duration(DurationKind.CHUNK_TO_PARTIAL, latency_s)
+
+    def _produce_final(self, final: Final) -> None:
+        key = SessionKey(final.call_id, final.channel)
+        self._stage(
+            self._topics[TopicRole.FINALS], key=final.call_id.encode(), value=to_json(final)
+        )
+        self._finalized(key, final.utterance_index)
+        self.status.finals += 1
+        self._finals_in_tx.append(final)
+        self._commit_needed = True
+
+    def _finalized(self, key: SessionKey, utterance_index: int) -> None:
+        """Utterance ``utterance_index`` got its final (or was suppressed) in this transaction."""
+        partition = self._session_partition.get(key)
+        if partition is not None and partition in self._partitions:
+            progress = self._partitions[partition].session(key)
+            progress.finals_through = max(progress.finals_through, utterance_index)
+            progress.dirty = True
+        self._commit_needed = True
+
+    def _session_ended(self, ended: SessionEnded) -> None:
+        self._admission.end(ended.key)
+        partition = self._session_partition.get(ended.key)
+        if partition is not None and partition in self._partitions:
+            progress = self._partitions[partition].session(ended.key)
+            progress.ended = True
+            progress.needed_offsets.clear()
+            progress.dirty = True
+        self._event(
+            EventType.SESSION_ENDED,
+            ended.key,
+            {
+                "tenant": ended.tenant,
+                "duration_ms": ended.audio_ms,
+                "speech_ms": ended.speech_ms,
+                "utterances": ended.utterances,
+                "suppressed": ended.suppressed,
+            },
+        )
+        self._commit_needed = True
+
+    def _stage(
+        self,
+        topic: str,
+        *,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int = -1,
+    ) -> None:
+        """Stage a record for the next commit's transaction."""
+        self._outbox.append(_Record(topic, key, value, headers, partition))
+
+    def _event(
+        self,
+        kind: EventType,
+        key: SessionKey | None = None,
+        detail: dict[str, Any] | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> None:
+        event = Event(
+            type=kind,
+            emit_ms=self._clock.now_ms(),
+            source=self.worker_id,
+            call_id=key.call_id if key else call_id,
+            channel=key.channel if key else None,
+            detail=detail or {},
+        )
+        record_key = (event.call_id or self.worker_id).encode()
+        self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
+        self.status.events[kind.value] = self.status.events.get(kind.value, 0) + 1
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def _close_idle_sessions(self) -> None:
+        now_ms = self._clock.now_ms()
+        timeout_ms = self._worker.idle_timeout_ms
+        for progress in self._partitions.values():
+            for key, session in progress.sessions.items():
+                if (
+                    not session.ended
+                    and session.last_activity_ms
+                    and now_ms - session.last_activity_ms > timeout_ms
+                    and key in self._engine.sessions
+                ):
+                    self._engine.close(key)
+                    session.last_activity_ms = now_ms
+
+    # -- commits ---------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        """Checkpoints + low watermarks + everything produced since the last commit, atomically."""
+        started = time.perf_counter()
+        offsets = []
+        now_ms = self._clock.now_ms()
+        for partition, progress in self._partitions.items():
+            self._write_checkpoints(partition, progress, now_ms)
+            watermark = progress.low_watermark()
+            if watermark is not None:
+                offsets.append(
+                    TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], partition, watermark)
+                )
+        self._last_commit_ms = now_ms
+        self._commit_needed = False
+        if not offsets and not self._outbox:
+            return
+        # Everything of this commit is produced now, so a transaction lives only for the
+        # produce + commit round trips, never for a long recognizer step.
+        try:
+            self._tx.begin_transaction()
+            for record in self._outbox:
+                self._tx.produce(
+                    record.topic,
+                    key=record.key,
+                    value=record.value,
+                    headers=record.headers,
+                    partition=record.partition,
+                )
+            if offsets:
+                metadata = self._consumer.consumer_group_metadata()
+                _retrying(
+                    lambda: self._tx.send_offsets_to_transaction(
+                        offsets, metadata, TRANSACTION_TIMEOUT_S
+                    )
+                )
+            _retrying(lambda: self._tx.commit_transaction(TRANSACTION_TIMEOUT_S))
+        except KafkaException as error:
+            self._outbox.clear()
+            self._transaction_failed(error)
+            return
+        self._outbox.clear()
+        self.status.commits += 1
+        committed_ms = self._clock.now_ms()
+        for final in self._finals_in_tx:
+            if final.capture_ms is not None:
+                self._metrics.observe_duration(
+                    DurationKind.ENDPOINT_TO_FINAL, max(0, committed_ms - final.capture_ms) / 1000
+                )
+        self._finals_in_tx.clear()
+        for progress in self._partitions.values():
+            progress.checkpointed_handled_through = progress.handled_through
+        self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
+
+    def _write_checkpoints(self, partition: int, progress: PartitionProgress, now_ms: int) -> None:
+        """Checkpoint every session whose progress changed; advance ``handled_through``.
+
+        An ended session gets a final "ended" checkpoint and is forgotten. Otherwise, when the
+        session is quiescent and its last snapshot is older than the checkpoint interval (or a
+        final moved), a new snapshot replaces the old one and releases the records it covers;
+        when it is not quiescent, only ``finals_through`` is updated (replay then starts from the
+        older snapshot and skips the utterances already finalized).
+        """
+        topic = self._topics[TopicRole.CHECKPOINTS]
+        interval_ms = self._worker.checkpoint_interval_ms
+        for key, session in list(progress.sessions.items()):
+            if not session.dirty:
+                continue
+            if session.ended:
+                checkpoint = SessionCheckpoint(
+                    key, None, _copy_admission(self._admission, key), session.finals_through, True
+                )
+                self._stage(
+                    topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
+                )
+                del progress.sessions[key]
+                self._session_partition.pop(key, None)
+                continue
+            finals_moved = session.finals_through != session.checkpointed_finals_through
+            snapshot = None
+            if finals_moved or now_ms - session.last_snapshot_ms >= interval_ms:
+                snapshot = self._engine.snapshot(key)
+            if snapshot is not None:
+                progress.snapshot_taken(key, snapshot)
+                session.snapshot_admission = _copy_admission(self._admission, key)
+                session.last_snapshot_ms = now_ms
+            elif not finals_moved:
+                continue  # nothing new to say; try again at the next commit
+            checkpoint = SessionCheckpoint(
+                key, session.snapshot, session.snapshot_admission, session.finals_through, False
+            )
+            self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
+            session.checkpointed_finals_through = session.finals_through
+            session.dirty = snapshot is None
+        progress.handled_through = progress.next_offset - 1
+        if progress.handled_through != progress.checkpointed_handled_through:
+            self._stage(
+                topic,
+                key=encode_key(PARTITION_KEY),
+                value=PartitionCheckpoint(progress.handled_through).encode(),
+                partition=partition,
+            )
+
+    def _transaction_failed(self, error: KafkaException) -> None:
+        """Abort and rewind: drop in-RAM state and replay from the committed offsets."""
+        kafka_error = error.args[0]
+        if kafka_error.fatal():
+            raise InfrastructureError(f"fatal Kafka transaction error: {kafka_error}") from None
+        logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+        try:
+            _retrying(lambda: self._tx.abort_transaction(TRANSACTION_TIMEOUT_S))
+        except KafkaException as abort_error:
+            raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
+        self._finals_in_tx.clear()
+        partitions = list(self._partitions)
+        self._forget(partitions)
+        self._restore(partitions)
+        committed = self._consumer.committed(
+            [TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], p) for p in partitions],
+            TRANSACTION_TIMEOUT_S,
+        )
+        for tp in committed:
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            self._consumer.seek(tp)
+
+    # -- backpressure ----------------------------------------------------------------------
+
+    def _backpressure(self) -> None:
+        pending = self._engine.pending_jobs()
+        limit = self._worker.max_pending_jobs
+        if not self.status.paused and pending > limit:
+            self._consumer.pause(self._assignment())
+            self.status.paused = True
+            self._metrics.set_paused_partitions(len(self.status.assigned))
+            self._event(EventType.BACKPRESSURE, detail={"paused": True, "pending_jobs": pending})
+        elif self.status.paused and pending <= limit // 2:
+            self._consumer.resume(self._assignment())
+            self.status.paused = False
+            self._metrics.set_paused_partitions(0)
+            self._event(EventType.BACKPRESSURE, detail={"paused": False, "pending_jobs": pending})
+
+    def _assignment(self) -> list[TopicPartition]:
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        return [TopicPartition(topic, p) for p in sorted(self.status.assigned)]
+
+    # -- rebalances ------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        numbers = [tp.partition for tp in partitions]
+        self._restore(numbers)
+        self.status.assigned = self.status.assigned | frozenset(numbers)
+        self._metrics.set_assignment(self.status.assigned)
+        self._event(EventType.PARTITIONS_ASSIGNED, detail={"partitions": sorted(numbers)})
+        if self.status.paused and partitions:
+            consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        numbers = [tp.partition for tp in partitions]
+        if not self._closing:
+            # Hand the partitions over with everything done so far committed.
+            self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": sorted(numbers)})
+            self._commit()
+        self._forget(numbers)
+        self.status.assigned = self.status.assigned - frozenset(numbers)
+        self._metrics.set_assignment(self.status.assigned)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        numbers = [tp.partition for tp in partitions]
+        logger.warning("partitions lost: %s", numbers)
+        # Nothing of theirs may be committed now: another worker owns them. What was staged for
+        # the other partitions is dropped too and replayed (their offsets were not committed).
+        self._outbox.clear()
+        self._finals_in_tx.clear()
+        self._forget(numbers)
+        self.status.assigned = self.status.assigned - frozenset(numbers)
+        self._metrics.set_assignment(self.status.assigned)
+        self._event(EventType.PARTITIONS_LOST, detail={"partitions": sorted(numbers)})
+
+    def _forget(self, partitions: Iterable[int]) -> None:
+        """Drop the sessions of partitions this worker no longer owns (no output)."""
+        gone = set(partitions)
+        for partition in gone:
+            self._partitions.pop(partition, None)
+        for key in [k for k, p in self._session_partition.items() if p in gone]:
+            self._engine.drop(key)
+            self._admission.forget(key)
+            del self._session_partition[key]
+
+    def _restore(self, partitions: Iterable[int]) -> None:
+        """Read the partitions' checkpoints and rebuild their sessions' starting state."""
+        for partition in partitions:
+            progress = PartitionProgress(partition)
+            self._partitions[partition] = progress
+            for record in self._read_checkpoints(partition):
+                if isinstance(record, PartitionCheckpoint):
+                    progress.handled_through = record.handled_through
+                    progress.checkpointed_handled_through = record.handled_through
+                    continue
+                self._restore_session(progress, record)
+
+    def _restore_session(self, progress: PartitionProgress, checkpoint: SessionCheckpoint) -> None:
+        key = checkpoint.key
+        if checkpoint.ended:
+            if checkpoint.admission is not None:
+                self._admission.restore(key, checkpoint.admission)
+            return
+        session = progress.session(key)
+        session.finals_through = checkpoint.finals_through
+        session.checkpointed_finals_through = checkpoint.finals_through
+        self._session_partition[key] = progress.partition
+        if checkpoint.snapshot is not None and checkpoint.admission is not None:
+            self._engine.restore(key, checkpoint.snapshot, checkpoint.finals_through)
+            self._admission.restore(key, _clone(checkpoint.admission))
+            session.snapshot = checkpoint.snapshot
+            session.snapshot_admission = checkpoint.admission
+            last = checkpoint.snapshot.last_position
+            session.skip_through = last if last is not None else -1
+        else:
+            self._engine.expect(key, checkpoint.finals_through)
+
+    def _read_checkpoints(self, partition: int) -> list[SessionCheckpoint | PartitionCheckpoint]:
+        """The latest checkpoint of every key in one partition of ``asr.checkpoints``.
+
+        Reads ``read_committed`` up to the end; a dead worker's open transaction holds the end
+        back until it is aborted (``transaction.timeout.ms``), which is what makes the read safe.
+        """
+        topic = self._topics[TopicRole.CHECKPOINTS]
+        reader = Consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
+        latest: dict[bytes, SessionCheckpoint | PartitionCheckpoint] = {}
+        try:
+            low, high = reader.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
+            )
+            if high <= low:
+                return []
+            reader.assign([TopicPartition(topic, partition, low)])
+            deadline = time.monotonic() + CHECKPOINT_READ_TIMEOUT_S
+            while time.monotonic() < deadline:
+                for record in reader.consume(num_messages=1000, timeout=0.2):
+                    key, value = record.key(), record.value()
+                    if record.error() is not None or key is None:
+                        continue
+                    if value is None:
+                        latest.pop(key, None)
+                        continue
+                    try:
+                        latest[key] = decode_checkpoint(key, value)
+                    except ValueError as error:
+                        logger.warning("skipping malformed checkpoint: %s", error)
+                position = reader.position([TopicPartition(topic, partition)])[0].offset
+                if position >= high:
+                    break
+            else:
+                raise InfrastructureError(
+                    f"could not read checkpoints of partition {partition} within "
+                    f"{CHECKPOINT_READ_TIMEOUT_S:.0f} s"
+                )
+        finally:
+            reader.close()
+        return list(latest.values())
+
+
+def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> None:
+    """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
+    restarting); other errors propagate."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        try:
+            operation()
+            return
+        except KafkaException as error:
+            if not error.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
+            time.sleep(0.5)
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """A record staged for the next transaction."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] | None = None
+    partition: int = -1
+
+
+def _text_key(key: bytes | None) -> str | None:
+    if not key:
+        return None
+    return key.decode("utf-8", "replace")[:128]
+
+
+def _guard_label(guard: str) -> str:
+    return {"low_logprob": "log_prob"}.get(guard, guard)
+
+
+def _copy_admission(admission: Admission, key: SessionKey) -> Any:
+    state = admission.state(key)
+    return None if state is None else _clone(state)
+
+
+def _clone(state: Any) -> Any:
+    from pipeline.worker.admission import AdmissionState
+
+    return AdmissionState.from_dict(state.to_dict())
+
+
+WorkerFactory = Callable[[Settings], AsrWorker]

@@ -1,0 +1,68 @@
+"""Per-partition offset bookkeeping: which records are still needed, what to commit.
+
+Pure. For each owned partition the worker records every record it consumed; for each session the
+offsets of the records it admitted since its last checkpointed snapshot (those a replay needs).
+The partition's *low watermark* — the offset committed to the consumer group — is the smallest
+offset still needed by any of its sessions, or the next offset to consume when none needs one.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from pipeline.asr.session import SessionKey, SessionSnapshot
+from pipeline.worker.admission import AdmissionState
+
+__all__ = ["PartitionProgress", "SessionProgress"]
+
+
+@dataclass(slots=True)
+class SessionProgress:
+    """What one session needs kept and what its last checkpoint said."""
+
+    needed_offsets: deque[int] = field(default_factory=deque)
+    snapshot: SessionSnapshot | None = None
+    snapshot_admission: AdmissionState | None = None
+    skip_through: int = -1
+    finals_through: int = -1
+    checkpointed_finals_through: int = -1
+    last_snapshot_ms: int = 0
+    last_activity_ms: int = 0
+    ended: bool = False
+    dirty: bool = False
+
+
+@dataclass(slots=True)
+class PartitionProgress:
+    """One owned partition: its sessions' progress and the consumed/handled offsets."""
+
+    partition: int
+    next_offset: int = -1
+    handled_through: int = -1
+    checkpointed_handled_through: int = -1
+    sessions: dict[SessionKey, SessionProgress] = field(default_factory=dict)
+
+    def consumed(self, offset: int) -> None:
+        self.next_offset = max(self.next_offset, offset + 1)
+
+    def session(self, key: SessionKey) -> SessionProgress:
+        progress = self.sessions.get(key)
+        if progress is None:
+            progress = self.sessions[key] = SessionProgress()
+        return progress
+
+    def low_watermark(self) -> int | None:
+        """The offset to commit, or None before anything was consumed."""
+        needed = [p.needed_offsets[0] for p in self.sessions.values() if p.needed_offsets]
+        if self.next_offset < 0:
+            return min(needed) if needed else None
+        return min([*needed, self.next_offset])
+
+    def snapshot_taken(self, key: SessionKey, snapshot: SessionSnapshot) -> None:
+        """A quiescent snapshot now covers every record up to ``snapshot.last_position``."""
+        progress = self.session(key)
+        progress.snapshot = snapshot
+        last = snapshot.last_position if snapshot.last_position is not None else -1
+        while progress.needed_offsets and progress.needed_offsets[0] <= last:
+            progress.needed_offsets.popleft()

@@ -1,0 +1,370 @@
+"""`streamscribe qa` on the real broker: summaries on qa.calls, web views, crash and recovery.
+
+The app runs as a subprocess (``python -m pipeline qa``), as in production. Input is produced the
+way ASR workers produce it: finals and session events in Kafka transactions (plus an aborted
+transaction, which ``read_committed`` must hide, and malformed records, which must be skipped and
+reported). The app is killed with SIGKILL after the first call, restarted, and must recover its
+tables from the changelogs: the late final of the first call then yields revision 2 with all of
+its finals, and every ended call has exactly one summary per revision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from pipeline.contracts.messages import EventType, Final, to_json
+from pipeline.runtime.admin import TopicAdmin
+from pipeline.settings import KafkaSettings
+from tests.conftest import REPO, validate
+from tests.qa_builders import final, session
+
+pytestmark = pytest.mark.integration
+
+APP_ID = "streamscribe-qa"
+WAIT_S = 90.0
+STARTED, ENDED = EventType.SESSION_STARTED, EventType.SESSION_ENDED
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+class QaProcess:
+    """One `python -m pipeline qa` subprocess with its log file and web port."""
+
+    def __init__(self, settings: KafkaSettings, port: int, log: Path) -> None:
+        self.port = port
+        self.log = log
+        self._env = {
+            **os.environ,
+            "STREAMSCRIBE_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
+            "STREAMSCRIBE_TOPIC_PREFIX": settings.topic_prefix,
+            "STREAMSCRIBE_QA_WEB_PORT": str(port),
+            "STREAMSCRIBE_QA_WEB_BIND": "127.0.0.1",
+            "STREAMSCRIBE_QA_PARTITIONS": "3",
+            "STREAMSCRIBE_QA_IDLE_TIMEOUT_MS": "3000",
+            "STREAMSCRIBE_QA_END_GRACE_MS": "1000",
+            "TMPDIR": str(log.parent),  # faust's (empty) data folder
+        }
+        self._env.pop("STREAMSCRIBE_CONFIG", None)
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "qa"],
+                cwd=REPO,
+                env=self._env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_for("the QA app to be ready", self._ready)
+
+    def _ready(self) -> bool:
+        assert self._process is not None
+        if self._process.poll() is not None:
+            raise AssertionError(f"the QA app exited early:\n{self.tail()}")
+        try:
+            return self.get("/readyz")[0] == 200
+        except OSError:
+            return False
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return int(response.status), bytes(response.read())
+        except urllib.error.HTTPError as error:
+            return int(error.code), bytes(error.read())
+
+    def stop(self, sig: signal.Signals) -> int:
+        assert self._process is not None
+        self._process.send_signal(sig)
+        return self._process.wait(timeout=60)
+
+    def tail(self) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
+
+    def close(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+            self._process.wait(timeout=30)
+
+
+@pytest.fixture
+def qa_topics(topics: KafkaSettings) -> Iterator[KafkaSettings]:
+    """The declared topics, plus cleanup of the topics the QA app creates for itself."""
+    yield topics
+    internal = f"{topics.topic_prefix}{APP_ID}-"
+    existing = AdminClient({"bootstrap.servers": topics.bootstrap_servers}).list_topics(timeout=10)
+    TopicAdmin(topics).delete([name for name in existing.topics if name.startswith(internal)])
+
+
+@pytest.fixture
+def qa_app(qa_topics: KafkaSettings, tmp_path: Path) -> Iterator[QaProcess]:
+    process = QaProcess(qa_topics, _free_port(), tmp_path / "qa.log")
+    try:
+        yield process
+    except BaseException:
+        print(process.tail())
+        raise
+    finally:
+        process.close()
+
+
+def _produce(
+    settings: KafkaSettings, records: Sequence[tuple[str, str, bytes]], *, abort: bool = False
+) -> None:
+    """Produce ``(topic role, key, value)`` records in one Kafka transaction."""
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "transactional.id": f"test-qa-{uuid.uuid4().hex}",
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for role, key, value in records:
+        producer.produce(f"{settings.topic_prefix}{role}", key=key.encode(), value=value)
+    if abort:
+        producer.abort_transaction(30)
+    else:
+        producer.commit_transaction(30)
+
+
+def _finals(*items: Final) -> list[tuple[str, str, bytes]]:
+    return [("asr.finals", item.call_id, to_json(item)) for item in items]
+
+
+def _events(
+    call_id: str, kind: EventType, **channels: dict[str, int]
+) -> list[tuple[str, str, bytes]]:
+    return [
+        ("asr.events", call_id, to_json(session(kind, channel, call_id=call_id, **detail)))
+        for channel, detail in channels.items()
+    ]
+
+
+class Reader:
+    """A read_committed consumer of one topic that keeps everything it has read."""
+
+    def __init__(self, settings: KafkaSettings, role: str) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap_servers,
+                "group.id": f"test-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        self._consumer.subscribe([f"{settings.topic_prefix}{role}"])
+        self.records: list[tuple[str | None, dict[str, Any]]] = []
+
+    def poll(self) -> None:
+        for message in self._consumer.consume(num_messages=100, timeout=0.5):
+            assert message.error() is None, message.error()
+            key = message.key().decode() if message.key() is not None else None
+            self.records.append((key, orjson.loads(message.value())))
+
+    def wait(self, count: int) -> list[tuple[str | None, dict[str, Any]]]:
+        def enough() -> bool:
+            self.poll()
+            return len(self.records) >= count
+
+        _wait_for(f"{count} records", enough)
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _committed_everything(settings: KafkaSettings) -> bool:
+    """Whether the app's group has committed every offset of its input topic."""
+    topic = f"{settings.topic_prefix}{APP_ID}-input"
+    probe = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"{settings.topic_prefix}{APP_ID}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        partitions = [TopicPartition(topic, p) for p in range(3)]
+        committed = probe.committed(partitions, timeout=10)
+        for tp in committed:
+            high = probe.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
+            if high > 0 and tp.offset < high:
+                return False
+        return True
+    finally:
+        probe.close()
+
+
+CALL_A, CALL_B, CALL_C = "qa-call-a", "qa-call-b", "qa-call-c"
+A_AGENT = final("agent", 0, "hello this call may be recorded how can I help", 500, call_id=CALL_A)
+A_CUSTOMER = final("customer", 0, "I want a refund for my order", 5500, call_id=CALL_A)
+A_ABORTED = final("agent", 9, "that's not my problem", 9000, call_id=CALL_A)
+A_LATE = final("customer", 1, "thank you", 12_000, call_id=CALL_A)
+B_AGENT = final("agent", 0, "good morning how can I help", 400, call_id=CALL_B)
+B_CUSTOMER = final("customer", 0, "I need a supervisor", 3500, call_id=CALL_B)
+C_AGENT = final("agent", 0, "hello is anyone there", 300, call_id=CALL_C)
+
+
+def _by_key(records: Sequence[tuple[str | None, dict[str, Any]]]) -> dict[tuple[str, int], Any]:
+    summaries = {}
+    for key, value in records:
+        assert key is not None
+        assert (key, value["revision"]) not in summaries, f"{key} rev {value['revision']} twice"
+        summaries[(key, value["revision"])] = value
+    return summaries
+
+
+def test_summaries_web_views_and_recovery_after_a_crash(
+    qa_topics: KafkaSettings, qa_app: QaProcess
+) -> None:
+    settings = qa_topics
+    _produce(settings, _finals(A_ABORTED), abort=True)
+    _produce(
+        settings,
+        [
+            *_events(CALL_A, STARTED, agent={}, customer={}),
+            *_finals(A_AGENT, A_CUSTOMER, A_AGENT),
+            ("asr.finals", CALL_A, b"not json"),
+            ("asr.finals", CALL_A, b'{"schema": "final/9", "call_id": "qa-call-a"}'),
+            *_events(
+                CALL_A,
+                ENDED,
+                agent={"audio_ms": 11_000, "finals": 1},
+                customer={"audio_ms": 10_000, "finals": 1},
+            ),
+        ],
+    )
+    calls = Reader(settings, "qa.calls")
+    events = Reader(settings, "asr.events")
+    try:
+        qa_app.start()
+
+        (key, first), *_ = calls.wait(1)
+        assert key == CALL_A
+        validate("qa_call", first)
+        assert (first["status"], first["end_reason"], first["revision"]) == (
+            "ended",
+            "sessions_ended",
+            1,
+        )
+        # Words last 400 ms with 100 ms gaps: agent 500-5400, customer 5500-8900.
+        assert first["duration_ms"] == 11_000
+        assert [(c["channel"], c["talk_ms"], c["utterances"]) for c in first["channels"]] == [
+            ("agent", 4900, 1),
+            ("customer", 3400, 1),
+        ]
+        assert first["utterances"] == 2, "the duplicate counts once, the aborted final not at all"
+        assert first["compliance_passed"] is True
+        disclosure = first["compliance"][0]["evidence"][0]
+        assert (disclosure["utterance_id"], disclosure["start_ms"]) == (f"{CALL_A}:agent:0", 1000)
+        assert {k["keyword"]: k["total"] for k in first["keywords"]}["refund"] == 1
+
+        status, body = qa_app.get(f"/calls/{CALL_A}")
+        assert status == 200
+        assert json.loads(body) == first
+        assert qa_app.get("/calls/no-such-call")[0] == 404
+        status, body = qa_app.get("/calls?since=0")
+        assert status == 200
+        assert [c["call_id"] for c in json.loads(body)["calls"]] == [CALL_A]
+        assert qa_app.get("/healthz")[0] == 200
+
+        metrics = qa_app.get("/metrics")[1].decode()
+        assert 'qa_summaries_published_total{publication="first"} 1.0' in metrics
+        assert 'qa_records_rejected_total{reason="not_json"} 1.0' in metrics
+        assert 'qa_records_rejected_total{reason="unknown_schema"} 1.0' in metrics
+        assert "qa_duplicate_finals_total 1.0" in metrics
+
+        def rejections() -> list[dict[str, Any]]:
+            events.poll()
+            return [
+                e for _, e in events.records if e["source"] == f"{settings.topic_prefix}{APP_ID}"
+            ]
+
+        _wait_for("two rejection events", lambda: len(rejections()) == 2)
+        for event in rejections():
+            validate("event", event)
+            assert event["detail"]["topic"] == f"{settings.topic_prefix}asr.finals"
+        assert {e["detail"]["reason"] for e in rejections()} == {"not_json", "unknown_schema"}
+
+        # Crash once the app has committed what it read (its tables' changelogs are flushed
+        # before every commit), then restart: the tables must come back from the changelogs.
+        _wait_for("the app to commit its input", lambda: _committed_everything(settings))
+        assert qa_app.stop(signal.SIGKILL) == -signal.SIGKILL
+
+        _produce(
+            settings,
+            [
+                *_events(CALL_B, STARTED, agent={}, customer={}),
+                *_finals(B_AGENT, B_CUSTOMER),
+                *_events(CALL_B, ENDED, agent={}, customer={}),
+                *_events(CALL_C, STARTED, agent={}),
+                *_finals(C_AGENT),
+                *_finals(A_LATE),
+            ],
+        )
+        qa_app.start()
+
+        summaries = _by_key(calls.wait(4))
+        assert set(summaries) == {(CALL_A, 1), (CALL_A, 2), (CALL_B, 1), (CALL_C, 1)}
+        revised = summaries[(CALL_A, 2)]
+        assert revised["utterances"] == 3, "recovered finals plus the late one"
+        assert [line["utterance_id"] for line in revised["transcript"]] == [
+            f"{CALL_A}:agent:0",
+            f"{CALL_A}:customer:0",
+            f"{CALL_A}:customer:1",
+        ]
+        assert revised["end_reason"] == "sessions_ended"
+        assert summaries[(CALL_B, 1)]["end_reason"] == "sessions_ended"
+        assert summaries[(CALL_B, 1)]["utterances"] == 2
+        idle = summaries[(CALL_C, 1)]
+        assert idle["end_reason"] == "idle_timeout"
+        assert idle["compliance_passed"] is False
+        for value in summaries.values():
+            validate("qa_call", value)
+
+        status, body = qa_app.get(f"/calls/{CALL_A}")
+        assert status == 200
+        assert json.loads(body) == revised
+        # Nothing more arrives: one summary per revision of each ended call.
+        time.sleep(2)
+        calls.poll()
+        assert len(calls.records) == 4
+        assert qa_app.stop(signal.SIGTERM) == 0
+    finally:
+        calls.close()
+        events.close()

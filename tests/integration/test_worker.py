@@ -1,0 +1,280 @@
+"""The ASR worker on the real broker with the real model: transcripts, exactly-once finals
+across kill -9 and rebalances, dead letters, and SIGTERM."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer
+
+from pipeline.contracts.audio_chunk import Header
+from tests.conftest import validate
+from tests.integration.worker_harness import (
+    Publisher,
+    WorkerProcess,
+    committed_offsets,
+    embedded_finals,
+    load_calls,
+    read_topic,
+    sessions_ended,
+    worker_env,
+)
+
+pytestmark = pytest.mark.integration
+
+CALLS = ["calls/call01_billing.flac", "calls/call03_outage.flac"]
+
+
+def _topic(settings: Any, role: str) -> str:
+    return f"{settings.topic_prefix}{role}"
+
+
+def _finals_by_id(finals: list[dict[str, Any]]) -> tuple[dict[str, str], Counter[str]]:
+    counts = Counter(f["utterance_id"] for f in finals)
+    return {f["utterance_id"]: f["text"] for f in finals}, counts
+
+
+@pytest.fixture
+def group_id(topics: Any) -> str:
+    return f"{topics.topic_prefix}asr"
+
+
+def _worker(
+    topics: Any, group_id: str, worker_id: str, tmp_path: Path, **env: str
+) -> WorkerProcess:
+    return WorkerProcess(
+        worker_id, worker_env(topics, group_id, **env), tmp_path / f"{worker_id}.log"
+    ).start()
+
+
+def test_calls_through_kafka_equal_the_embedded_engine(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    calls = load_calls(CALLS, prefix=topics.topic_prefix)
+    worker = _worker(topics, group_id, "w-equal", tmp_path)
+    try:
+        Publisher(topics, calls).start().join()
+        events = read_topic(
+            topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(4), 240
+        )
+        assert sum(e["type"] == "session_ended" for e in events) == 4, worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    partials = read_topic(
+        topics.bootstrap_servers, _topic(topics, "asr.partials"), lambda r: False, 3
+    )
+    texts, counts = _finals_by_id(finals)
+    assert max(counts.values()) == 1
+    assert texts == embedded_finals(calls)
+    for final in finals:
+        validate("final", final)
+    assert partials, "partials are published while utterances are open"
+    for partial in partials:
+        validate("partial", partial)
+    for event in events:
+        validate("event", event)
+    kinds = Counter(e["type"] for e in events)
+    assert kinds["session_started"] == 4
+    assert kinds["model_loaded"] == 1
+    assert kinds["partitions_assigned"] >= 1
+    ended = [e for e in events if e["type"] == "session_ended"]
+    assert all(e["detail"]["utterances"] >= 2 and e["detail"]["speech_ms"] > 0 for e in ended)
+
+
+def test_kill_9_mid_call_loses_and_duplicates_no_final(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    calls = load_calls(CALLS + ["calls/call02_delivery.flac"], prefix=topics.topic_prefix)
+    first = _worker(topics, group_id, "w-a", tmp_path)
+    second = _worker(topics, group_id, "w-b", tmp_path)
+    try:
+        time.sleep(20)  # both load the model and join the group
+        publisher = Publisher(topics, calls, speed=2.0).start()
+        time.sleep(6)
+        first.kill()
+        publisher.join()
+        events = read_topic(
+            topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(6), 300
+        )
+        assert sum(e["type"] == "session_ended" for e in events) >= 6, second.log()
+    finally:
+        first.stop_quietly()
+        second.stop_quietly()
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    texts, counts = _finals_by_id(finals)
+    expected = embedded_finals(calls)
+    duplicates = {uid: n for uid, n in counts.items() if n > 1}
+    lost = sorted(set(expected) - set(texts))
+    assert duplicates == {}
+    assert lost == []
+    assert texts == expected
+
+
+def test_worker_joining_and_leaving_mid_call_keeps_finals_exactly_once(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    calls = load_calls(CALLS, prefix=topics.topic_prefix)
+    first = _worker(topics, group_id, "w-first", tmp_path)
+    second: WorkerProcess | None = None
+    try:
+        time.sleep(12)
+        publisher = Publisher(topics, calls, speed=2.0).start()
+        time.sleep(4)
+        second = _worker(topics, group_id, "w-second", tmp_path)
+        time.sleep(10)
+        exit_s = first.terminate()
+        publisher.join()
+        events = read_topic(
+            topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(4), 300
+        )
+        assert sum(e["type"] == "session_ended" for e in events) >= 4, second.log()
+    finally:
+        first.stop_quietly()
+        if second is not None:
+            second.stop_quietly()
+    assert exit_s < 15
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    texts, counts = _finals_by_id(finals)
+    assert max(counts.values()) == 1
+    assert texts == embedded_finals(calls)
+    kinds = Counter(e["type"] for e in events)
+    assert kinds["partitions_revoked"] >= 1
+
+
+def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]], str]]:
+    def headers(seq: int, **override: str) -> list[tuple[str, bytes]]:
+        values = {
+            Header.VERSION: "1",
+            Header.CHANNEL: "mono",
+            Header.SEQ: str(seq),
+            Header.SAMPLE_RATE_HZ: "16000",
+            Header.ENCODING: "pcm_s16le",
+        }
+        values.update({Header(k.replace("_", "-")): v for k, v in override.items()})
+        return [(name.value, value.encode()) for name, value in values.items()]
+
+    key = call_id.encode()
+    return [
+        (key, b"\x00" * 321, headers(900001), "odd_byte_count"),
+        (key, b"\x00" * 320, headers(900002, ss_version="9"), "unknown_version"),
+        (key, b"\x00" * 320, headers(900003, ss_sample_rate_hz="44100"), "unsupported_sample_rate"),
+        (key, b"\x00" * 320, headers(900004, ss_encoding="opus"), "unsupported_encoding"),
+        (key, b"\x00" * 70000, headers(900005), "oversize_payload"),
+        (None, b"\x00" * 320, headers(900006), "missing_key"),
+        (key, b"\x00" * 320, headers(900007, ss_seq="x"), "bad_sequence"),
+    ]
+
+
+def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    calls = load_calls(["utterances/utt01_account.flac"], prefix=topics.topic_prefix)
+    call_id = calls[0].call_id
+    bad = _bad_records(call_id)
+    # The publisher's partitioner, so the bad records share the good call's partition.
+    producer = Producer(
+        {"bootstrap.servers": topics.bootstrap_servers, "partitioner": "murmur2_random"}
+    )
+    for key, value, headers, _ in bad:
+        producer.produce(_topic(topics, "audio.chunks"), key=key, value=value, headers=headers)
+    assert producer.flush(30) == 0
+    worker = _worker(topics, group_id, "w-dlq", tmp_path)
+    try:
+        Publisher(topics, calls).start().join()
+        # After the call ended: more audio for it, a replayed (duplicate) chunk.
+        late = [
+            (
+                call_id.encode(),
+                b"\x00" * 640,
+                [
+                    (Header.VERSION.value, b"1"),
+                    (Header.CHANNEL.value, b"mono"),
+                    (Header.SEQ.value, b"5000"),
+                    (Header.SAMPLE_RATE_HZ.value, b"16000"),
+                    (Header.ENCODING.value, b"pcm_s16le"),
+                ],
+            )
+        ]
+        for key, value, headers in late:
+            producer.produce(_topic(topics, "audio.chunks"), key=key, value=value, headers=headers)
+        assert producer.flush(30) == 0
+        events = read_topic(
+            topics.bootstrap_servers,
+            _topic(topics, "asr.events"),
+            lambda ev: (
+                sum(e["type"] == "chunk_rejected" for e in ev) >= len(bad) + 1
+                and sessions_ended(1)(ev)
+            ),
+            240,
+        )
+    finally:
+        worker.stop_quietly()
+    rejected = [e for e in events if e["type"] == "chunk_rejected"]
+    reasons = Counter(e["detail"]["reason"] for e in rejected)
+    expected_reasons = Counter(reason for *_, reason in bad) + Counter(["call_already_ended"])
+    assert reasons == expected_reasons, worker.log()
+    for event in rejected:
+        validate("event", event)
+        validate("dead_letter", event["detail"])
+    consumer = Consumer(
+        {
+            "bootstrap.servers": topics.bootstrap_servers,
+            "group.id": f"{group_id}-dlq",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([_topic(topics, "audio.dlq")])
+    dead: list[Any] = []
+    for _ in range(30):
+        dead.extend(m for m in consumer.consume(100, 1.0) if m.error() is None)
+        if len(dead) >= len(bad) + 1:
+            break
+    consumer.close()
+    assert len(dead) == len(bad) + 1
+    originals = {value: headers for _, value, headers, _ in bad}
+    for message in dead:
+        headers = dict(message.headers())
+        assert headers["dlq-reason"].decode() in expected_reasons
+        assert headers["dlq-topic"].decode() == _topic(topics, "audio.chunks")
+        int(headers["dlq-offset"])
+        if message.value() in originals:
+            # Original bytes and headers are kept, the dlq-* headers are appended.
+            assert (
+                message.headers()[: len(originals[message.value()])] == originals[message.value()]
+            )
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    assert [f["text"] for f in finals] == list(embedded_finals(calls).values())
+
+
+def test_sigterm_exits_within_its_bound_with_offsets_committed(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    calls = load_calls(["calls/call01_billing.flac"], prefix=topics.topic_prefix)
+    worker = _worker(topics, group_id, "w-term", tmp_path)
+    try:
+        time.sleep(12)
+        publisher = Publisher(topics, calls, speed=2.0).start()
+        time.sleep(6)
+        exit_s = worker.terminate()
+        publisher.join()
+    finally:
+        worker.stop_quietly()
+    assert worker.process is not None and worker.process.returncode == 0, worker.log()
+    assert exit_s < 10 + 2
+    offsets = committed_offsets(
+        topics.bootstrap_servers, group_id, _topic(topics, "audio.chunks"), 12
+    )
+    assert any(offset > 0 for offset in offsets), worker.log()
+    events = read_topic(
+        topics.bootstrap_servers,
+        _topic(topics, "asr.events"),
+        lambda ev: any(e["type"] == "worker_stopped" for e in ev),
+        30,
+    )
+    assert any(e["type"] == "worker_stopped" for e in events)

@@ -1,0 +1,237 @@
+"""Helpers for tests that run real ASR worker processes against the real broker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, TopicPartition
+
+from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.factory import build_engine
+from pipeline.asr.session import SessionKey
+from pipeline.audio.files import CallAudio, read_call_audio
+from pipeline.clock import ManualClock
+from pipeline.contracts.messages import Final
+from pipeline.producer import AudioPublisher
+from pipeline.settings import AsrSettings, KafkaSettings, Settings
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+CHUNK_MS = 20
+
+
+def worker_env(kafka: KafkaSettings, group_id: str, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "STREAMSCRIBE_KAFKA_BOOTSTRAP": kafka.bootstrap_servers,
+        "STREAMSCRIBE_TOPIC_PREFIX": kafka.topic_prefix,
+        "STREAMSCRIBE_GROUP_ID": group_id,
+        "STREAMSCRIBE_METRICS_PORT": "0",
+        "STREAMSCRIBE_TORCH_THREADS": "1",
+        "STREAMSCRIBE_KAFKA_SESSION_TIMEOUT_MS": "6000",
+        "STREAMSCRIBE_TRANSACTION_TIMEOUT_MS": "10000",
+        "STREAMSCRIBE_CHECKPOINT_INTERVAL_MS": "1000",
+        "STREAMSCRIBE_IDLE_TIMEOUT_MS": "60000",
+    }
+    env.update(extra)
+    return env
+
+
+@dataclass
+class WorkerProcess:
+    """A `streamscribe worker` subprocess; its output goes to a log file for post-mortems."""
+
+    worker_id: str
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        with self.log_path.open("wb") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "pipeline", "worker", "--worker-id", self.worker_id],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO,
+            )
+        return self
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(30)
+
+    def terminate(self) -> float:
+        """SIGTERM; returns seconds until exit."""
+        assert self.process is not None
+        started = time.monotonic()
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(60)
+        return time.monotonic() - started
+
+    def stop_quietly(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def load_calls(names: Iterable[str], prefix: str = "") -> list[CallAudio]:
+    calls = []
+    for name in names:
+        audio = read_call_audio(FIXTURES / name)
+        calls.append(CallAudio(prefix + audio.call_id, audio.sample_rate_hz, audio.channels))
+    return calls
+
+
+@dataclass
+class Publisher:
+    """Publishes calls chunk by chunk, interleaved, optionally paced, in a thread."""
+
+    kafka: KafkaSettings
+    calls: list[CallAudio]
+    speed: float = 0.0  # 0 = as fast as possible; 1.0 = real time; 2.0 = twice as fast
+    tenant: str = "default"
+    thread: threading.Thread | None = None
+    error: list[BaseException] = field(default_factory=list)
+
+    def run(self) -> None:
+        settings = Settings(kafka=self.kafka)
+        publisher = AudioPublisher.connect(settings)
+        try:
+            streams = [
+                publisher.open_call(
+                    call.call_id,
+                    tenant=self.tenant,
+                    channels=tuple(call.channels),
+                    sample_rate_hz=call.sample_rate_hz,
+                )
+                for call in self.calls
+            ]
+            longest_ms = max(call.duration_ms for call in self.calls)
+            started = time.monotonic()
+            for position_ms in range(0, longest_ms, CHUNK_MS):
+                for call, stream in zip(self.calls, streams, strict=True):
+                    rate = call.sample_rate_hz
+                    first = position_ms * rate // 1000
+                    last = (position_ms + CHUNK_MS) * rate // 1000
+                    for channel, samples in call.channels.items():
+                        if first < len(samples):
+                            stream.push(channel, samples[first:last])
+                if self.speed:
+                    ahead_s = (position_ms + CHUNK_MS) / 1000 / self.speed - (
+                        time.monotonic() - started
+                    )
+                    if ahead_s > 0:
+                        time.sleep(ahead_s)
+            for stream in streams:
+                stream.end()
+            publisher.flush(60)
+        except BaseException as error:  # surfaced by join()
+            self.error.append(error)
+        finally:
+            publisher.close(60)
+
+    def start(self) -> Publisher:
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def join(self, timeout_s: float = 300) -> None:
+        assert self.thread is not None
+        self.thread.join(timeout_s)
+        if self.error:
+            raise self.error[0]
+
+
+def read_topic(
+    bootstrap: str,
+    topic: str,
+    until: Callable[[list[dict[str, Any]]], bool],
+    timeout_s: float,
+) -> list[dict[str, Any]]:
+    """Every JSON record of ``topic`` (read_committed), read until ``until(records)`` or timeout."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-reader-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    records: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=500, timeout=0.5):
+                if message.error() is None and message.value() is not None:
+                    records.append(orjson.loads(message.value()))
+            if until(records):
+                # Read a little longer: anything still arriving would be a duplicate.
+                for message in consumer.consume(num_messages=500, timeout=2.0):
+                    if message.error() is None and message.value() is not None:
+                        records.append(orjson.loads(message.value()))
+                break
+    finally:
+        consumer.close()
+    return records
+
+
+def sessions_ended(expected: int) -> Callable[[list[dict[str, Any]]], bool]:
+    return lambda events: sum(e["type"] == "session_ended" for e in events) >= expected
+
+
+def committed_offsets(bootstrap: str, group_id: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group_id})
+    try:
+        result = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], 30)
+    finally:
+        consumer.close()
+    return [tp.offset for tp in result]
+
+
+def embedded_finals(calls: list[CallAudio], asr: AsrSettings | None = None) -> dict[str, str]:
+    """utterance_id → text from the engine fed the same 20 ms chunks, without Kafka."""
+    loaded = build_engine(asr or AsrSettings(threads=1), ManualClock())
+    engine: StreamingEngine = loaded.engine
+    finals: dict[str, str] = {}
+    longest_ms = max(call.duration_ms for call in calls)
+    for position_ms in range(0, longest_ms + CHUNK_MS, CHUNK_MS):
+        for call in calls:
+            rate = call.sample_rate_hz
+            first, last = position_ms * rate // 1000, (position_ms + CHUNK_MS) * rate // 1000
+            for channel, samples in call.channels.items():
+                if first < len(samples):
+                    engine.accept(
+                        SessionKey(call.call_id, channel),
+                        samples[first:last],
+                        rate,
+                        end_of_stream=last >= len(samples),
+                    )
+        if position_ms % 500 == 0:
+            _collect(engine.step(), finals)
+    while engine.sessions:
+        _collect(engine.step(), finals)
+    return finals
+
+
+def _collect(outputs: list[Any], finals: dict[str, str]) -> None:
+    for output in outputs:
+        if isinstance(output, Final):
+            finals[output.utterance_id] = output.text

@@ -1,0 +1,109 @@
+"""The faust shell's pure parts: credentials, topic names, topic preparation (no broker)."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+
+import faust
+import pytest
+
+from pipeline.errors import ConfigError
+from pipeline.qa.app import QaApp, faust_credentials
+from pipeline.qa.rules import DEFAULT_RULES
+from pipeline.runtime.admin import ApplyReport
+from pipeline.settings import KafkaSettings, QaSettings, Settings
+from pipeline.topics import ObservedTopic, TopicSpec
+
+PREFIX = "env1."
+
+
+@pytest.fixture
+def app() -> QaApp:
+    settings = Settings(
+        kafka=KafkaSettings(topic_prefix=PREFIX), qa=QaSettings(partitions=4, web_port=16099)
+    )
+    return QaApp(settings, DEFAULT_RULES)
+
+
+class FakeAdmin:
+    """Topics of a pretend cluster; records what ``apply`` was asked to create."""
+
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.partitions = partitions
+        self.applied: list[TopicSpec] = []
+
+    def observe(self, names: Sequence[str]) -> dict[str, ObservedTopic]:
+        return {n: ObservedTopic(n, self.partitions[n]) for n in names if n in self.partitions}
+
+    def apply(self, declared: Sequence[TopicSpec]) -> ApplyReport:
+        self.applied.extend(declared)
+        return ApplyReport(())
+
+
+def test_topic_names_carry_the_prefix(app: QaApp) -> None:
+    assert app.app_id == "env1.streamscribe-qa"
+    assert app.external_topics == ("env1.asr.finals", "env1.asr.events", "env1.qa.calls")
+    specs = {spec.name: spec for spec in app.internal_topic_specs()}
+    assert set(specs) == {
+        "env1.streamscribe-qa-input",
+        "env1.streamscribe-qa-calls-changelog",
+        "env1.streamscribe-qa-finals-changelog",
+    }
+    assert {spec.partitions for spec in specs.values()} == {4}
+    assert specs["env1.streamscribe-qa-calls-changelog"].config["cleanup.policy"] == "compact"
+
+
+def test_prepare_creates_the_internal_topics(app: QaApp) -> None:
+    admin = FakeAdmin(dict.fromkeys(app.external_topics, 12))
+    app.prepare_topics(admin)
+    assert [spec.name for spec in admin.applied] == [s.name for s in app.internal_topic_specs()]
+
+
+def test_prepare_refuses_missing_external_topics(app: QaApp) -> None:
+    with pytest.raises(ConfigError, match=r"env1\.qa\.calls.*topics apply"):
+        app.prepare_topics(FakeAdmin({"env1.asr.finals": 12, "env1.asr.events": 6}))
+
+
+def test_prepare_refuses_another_partition_count(app: QaApp) -> None:
+    admin = FakeAdmin({**dict.fromkeys(app.external_topics, 12), app.app_id + "-input": 6})
+    with pytest.raises(ConfigError, match="STREAMSCRIBE_QA_PARTITIONS"):
+        app.prepare_topics(admin)
+    assert admin.applied == []
+
+
+def test_calls_spread_over_the_input_partitions(app: QaApp) -> None:
+    partitions = {app.partition_of(f"call-{n}") for n in range(200)}
+    assert partitions == {0, 1, 2, 3}
+    assert app.partition_of("call-7") == app.partition_of("call-7")
+
+
+def test_plaintext_needs_no_credentials() -> None:
+    assert faust_credentials({}) is None
+    assert faust_credentials({"security.protocol": "plaintext", "linger.ms": "5"}) is None
+
+
+def test_sasl_credentials_from_librdkafka_keys() -> None:
+    credentials = faust_credentials(
+        {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": "qa",
+            "sasl.password": "secret",
+        }
+    )
+    assert isinstance(credentials, faust.SASLCredentials)
+    assert (credentials.username, credentials.password) == ("qa", "secret")
+    assert isinstance(credentials.ssl_context, ssl.SSLContext)
+
+
+@pytest.mark.parametrize(
+    "client",
+    [
+        {"security.protocol": "KERBEROS"},
+        {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "GSSAPI"},
+    ],
+)
+def test_unsupported_security_is_a_config_error(client: dict[str, str]) -> None:
+    with pytest.raises(ConfigError):
+        faust_credentials(client)
