@@ -94,6 +94,7 @@ class AsrSettings:
     min_decode_ms: int = setting(500, "MIN_DECODE_MS", "first partial after this much speech")
     max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass")
     margin_ms: int = setting(2000, "WINDOW_MARGIN_MS", "silence appended to each decoding window")
+    min_window_ms: int = setting(10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)")
     vad_threshold: float = setting(0.5, "VAD_THRESHOLD", "speech probability that starts speech")
     speech_pad_ms: int = setting(60, "SPEECH_PAD_MS", "audio kept around detected speech")
     endpoint_silence_ms: int = setting(

@@ -69,6 +69,7 @@ def build_engine(settings: AsrSettings, clock: Clock | None = None) -> LoadedEng
             model_dir=Path(settings.model_dir) if settings.model_dir else None,
             device=device,
             margin_ms=settings.margin_ms,
+            min_window_ms=settings.min_window_ms,
         )
     )
     engine = StreamingEngine(recognizer, vad, engine_config(settings), clock)

@@ -555,7 +555,11 @@ class AsrWorker:
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
-            self._consumer.seek(tp)
+            try:
+                self._consumer.seek(tp)
+            except KafkaException as seek_error:
+                # A partition being revoked right now: its next owner replays it anyway.
+                logger.warning("cannot rewind partition %d: %s", tp.partition, seek_error)
 
     # -- backpressure ----------------------------------------------------------------------
 
@@ -591,10 +595,11 @@ class AsrWorker:
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
         if not self._closing:
-            # Hand the partitions over with everything done so far committed.
-            self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": sorted(numbers)})
+            # Hand the partitions over with everything done so far committed. (If the group has
+            # already moved on, the commit fails and everything rewinds: still exactly once.)
             self._commit()
         self._forget(numbers)
+        self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": sorted(numbers)})
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
 

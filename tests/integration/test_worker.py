@@ -89,7 +89,7 @@ def test_calls_through_kafka_equal_the_embedded_engine(
 def test_kill_9_mid_call_loses_and_duplicates_no_final(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:
-    calls = load_calls(CALLS + ["calls/call02_delivery.flac"], prefix=topics.topic_prefix)
+    calls = load_calls([*CALLS, "calls/call02_delivery.flac"], prefix=topics.topic_prefix)
     first = _worker(topics, group_id, "w-a", tmp_path)
     second = _worker(topics, group_id, "w-b", tmp_path)
     try:
@@ -160,13 +160,13 @@ def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str
 
     key = call_id.encode()
     return [
-        (key, b"\x00" * 321, headers(900001), "odd_byte_count"),
-        (key, b"\x00" * 320, headers(900002, ss_version="9"), "unknown_version"),
-        (key, b"\x00" * 320, headers(900003, ss_sample_rate_hz="44100"), "unsupported_sample_rate"),
-        (key, b"\x00" * 320, headers(900004, ss_encoding="opus"), "unsupported_encoding"),
-        (key, b"\x00" * 70000, headers(900005), "oversize_payload"),
-        (None, b"\x00" * 320, headers(900006), "missing_key"),
-        (key, b"\x00" * 320, headers(900007, ss_seq="x"), "bad_sequence"),
+        (key, b"\x01" * 321, headers(900001), "odd_byte_count"),
+        (key, b"\x02" * 320, headers(900002, ss_version="9"), "unknown_version"),
+        (key, b"\x03" * 320, headers(900003, ss_sample_rate_hz="44100"), "unsupported_sample_rate"),
+        (key, b"\x04" * 320, headers(900004, ss_encoding="opus"), "unsupported_encoding"),
+        (key, b"\x05" * 70000, headers(900005), "oversize_payload"),
+        (None, b"\x06" * 320, headers(900006), "missing_key"),
+        (key, b"\x07" * 320, headers(900007, ss_seq="x"), "bad_sequence"),
     ]
 
 
@@ -265,7 +265,8 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
         publisher.join()
     finally:
         worker.stop_quietly()
-    assert worker.process is not None and worker.process.returncode == 0, worker.log()
+    assert worker.process is not None
+    assert worker.process.returncode == 0, worker.log()
     assert exit_s < 10 + 2
     offsets = committed_offsets(
         topics.bootstrap_servers, group_id, _topic(topics, "audio.chunks"), 12
@@ -278,3 +279,62 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
         30,
     )
     assert any(e["type"] == "worker_stopped" for e in events)
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Any:
+    """A broker of this test's own (it gets restarted), on its own port and data folder."""
+    import os
+    import shutil
+    import subprocess
+
+    from pipeline.runtime.admin import TopicAdmin
+    from pipeline.settings import KafkaSettings
+    from pipeline.topics import load_topic_specs
+
+    # Same jar cache as the session's broker; the data folder is per port and wiped here.
+    env = {**os.environ, "KAFKA_PORT": "19192"}
+    cache = Path(env.get("STREAMSCRIBE_CACHE", Path.home() / ".cache" / "streamscribe"))
+    shutil.rmtree(cache / "run" / "kafka-19192", ignore_errors=True)
+    script = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka.sh"
+
+    def broker(action: str) -> None:
+        result = subprocess.run(
+            ["bash", str(script), action], env=env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+
+    broker("up")
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:19192", topic_prefix="restart-test.")
+    TopicAdmin(settings).apply(load_topic_specs(prefix=settings.topic_prefix))
+    try:
+        yield settings, broker
+    finally:
+        broker("down")
+
+
+def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) -> None:
+    settings, broker = own_broker
+    group_id = "restart-test.asr"
+    calls = load_calls(CALLS, prefix="restart-")
+    worker = _worker(settings, group_id, "w-restart", tmp_path)
+    try:
+        time.sleep(12)
+        publisher = Publisher(settings, calls, speed=2.0).start()
+        time.sleep(5)
+        broker("down")
+        time.sleep(3)
+        broker("up")
+        publisher.join()
+        events = read_topic(
+            settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(4), 300
+        )
+        assert sum(e["type"] == "session_ended" for e in events) >= 4, worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(
+        settings.bootstrap_servers, _topic(settings, "asr.finals"), lambda r: False, 5
+    )
+    texts, counts = _finals_by_id(finals)
+    assert max(counts.values()) == 1
+    assert texts == embedded_finals(calls)

@@ -1,0 +1,4 @@
+"""The recognizer, pure: VAD → utterances → batched Whisper → agreement → endpoint → outputs.
+
+``engine.StreamingEngine`` is the entry point; ``factory.build_engine`` builds it from settings.
+"""
