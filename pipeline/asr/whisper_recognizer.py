@@ -4,9 +4,9 @@ Each request's window is its audio plus a silent margin (``margin_ms``, default 
 tight to the audio often never emits end-of-text), rounded up to ``window_step_ms`` and at least
 ``min_window_ms`` (10 s: shorter windows made tiny.en loop on 4 of 36 fixture clips, 12.9 % WER
 against 7.9 % with 10 s, measured in tests/integration/test_whisper_parity.py; a 10 s window
-costs ~50 ms of encoder on 2 CPU threads against ~210 ms for Whisper's 30 s). All windows of one call are encoded in one
-batch (the encoder masks each window's padding) and decoded greedily in one batch; finals
-(``with_word_timings``) get cross-attention word timings.
+costs ~50 ms of encoder on 2 CPU threads against ~210 ms for Whisper's 30 s). All windows of
+one call are encoded in one batch (the encoder masks each window's padding) and decoded greedily
+in one batch; finals (``with_word_timings``) get cross-attention word timings.
 """
 
 from __future__ import annotations

@@ -12,12 +12,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pipeline.cli import (
+    compare,
     config,
     hotwords,
     metrics,
     publish,
     qa,
+    replay,
     simulate,
+    tail,
     topics,
     transcribe,
     worker,
@@ -33,6 +36,9 @@ SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (
     metrics.register,
     publish.register,
     simulate.register,
+    tail.register,
+    replay.register,
+    compare.register,
     qa.register,
     transcribe.register,
     hotwords.register,
