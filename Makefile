@@ -16,7 +16,7 @@ export PYTHON := $(abspath $(PY))
 
 .PHONY: help setup system-packages venv kafka-fetch kafka-up kafka-down redis-up redis-down \
 	topics infra-up infra-down test test-unit test-integration lint format demo bench \
-	bench-quick fixtures clean
+	bench-quick fixtures readme clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -81,6 +81,9 @@ bench: setup  ## all benchmarks; results under bench/results/
 
 bench-quick: setup  ## the benchmarks in quick mode (< 10 minutes)
 	$(PY) -m bench.run --quick
+
+readme: venv  ## regenerate the README's configuration table from pipeline/settings.py
+	$(PY) -m scripts.update_readme
 
 fixtures: system-packages  ## regenerate the speech fixtures under tests/fixtures/
 	python3 scripts/make_fixtures.py

@@ -1,14 +1,76 @@
 #!/usr/bin/env bash
-# `make demo`: start Kafka and Redis, apply the topics, then run the main job end to end.
+# `make demo`: the main job end to end on this machine.
+#   1. start Kafka and Redis (unless already running) and apply the topics;
+#   2. start an ASR worker and wait until it is ready (model loaded, partitions assigned);
+#   3. publish two fixture calls in real time (stereo: agent + customer) while
+#      `streamscribe tail` prints live partials and finals;
+#   4. stop the worker (SIGTERM) and whatever the demo started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STREAMSCRIBE=.venv/bin/streamscribe
+RUN_DIR="${STREAMSCRIBE_CACHE:-$HOME/.cache/streamscribe}/demo"
+mkdir -p "$RUN_DIR"
+export STREAMSCRIBE_METRICS_PORT="${STREAMSCRIBE_METRICS_PORT:-9400}"
+stamp="$(date +%H%M%S)"
+started_kafka=0
+started_redis=0
+pids=()
 
-bash deploy/local/kafka.sh up
-bash deploy/local/redis.sh up
+cleanup() {
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" 2>/dev/null || true
+  done
+  if [ "$started_kafka" = 1 ]; then bash deploy/local/kafka.sh down; fi
+  if [ "$started_redis" = 1 ]; then bash deploy/local/redis.sh down; fi
+}
+trap cleanup EXIT
+
+if ! bash deploy/local/kafka.sh status >/dev/null 2>&1; then
+  bash deploy/local/kafka.sh up
+  started_kafka=1
+fi
+if ! bash deploy/local/redis.sh status >/dev/null 2>&1; then
+  bash deploy/local/redis.sh up
+  started_redis=1
+fi
 $STREAMSCRIBE topics apply
-$STREAMSCRIBE topics list || true
+
+echo "demo: starting an ASR worker (log: $RUN_DIR/worker.log)"
+$STREAMSCRIBE worker --worker-id "demo-$stamp" >"$RUN_DIR/worker.log" 2>&1 &
+worker_pid=$!
+pids+=("$worker_pid")
+for _ in $(seq 1 180); do
+  if curl -fs "http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/readyz" >/dev/null 2>&1; then
+    break
+  fi
+  if ! kill -0 "$worker_pid" 2>/dev/null; then
+    echo "demo: the worker exited; last lines of its log:" >&2
+    tail -n 20 "$RUN_DIR/worker.log" >&2
+    exit 1
+  fi
+  sleep 1
+done
+curl -fs "http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/readyz" >/dev/null || {
+  echo "demo: the worker did not become ready in 180 s; see $RUN_DIR/worker.log" >&2
+  exit 1
+}
+echo "demo: worker ready; publishing two calls in real time (about 30 s)"
 echo
-echo "demo: Kafka ($(bash deploy/local/kafka.sh status)) and Redis are up, topics applied."
-echo "demo: the ASR worker is not built yet (issue 4); this demo stops here."
-echo "demo: stop the services with 'make infra-down'."
+
+$STREAMSCRIBE tail --idle-exit-s 15 &
+tail_pid=$!
+pids+=("$tail_pid")
+$STREAMSCRIBE publish tests/fixtures/calls/call01_billing.flac --call-id "demo-$stamp-billing" \
+  --realtime >"$RUN_DIR/publish1.log" 2>&1 &
+pub1=$!
+$STREAMSCRIBE publish tests/fixtures/calls/call03_outage.flac --call-id "demo-$stamp-outage" \
+  --realtime >"$RUN_DIR/publish2.log" 2>&1 &
+pub2=$!
+wait "$pub1" "$pub2"
+wait "$tail_pid" || true
+echo
+echo "demo: done. Metrics were at http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/metrics;"
+echo "demo: stopping the worker$( [ "$started_kafka" = 1 ] && echo ", Kafka" )$( [ "$started_redis" = 1 ] && echo " and Redis" )."

@@ -188,6 +188,7 @@ class Session:
         self.final_jobs: deque[FinalJob] = deque()
         self.capture_marks: deque[tuple[int, int]] = deque()
         self.last_position: int | None = None
+        self.received_end_samples: int | None = None
         self.ended = False
         self.end_pending = False
         self.flush_pending = False
@@ -228,6 +229,7 @@ class Session:
             return False
         silence = np.zeros(self.frame_samples - remainder, dtype=np.float32)
         self.buffer = np.concatenate([self.buffer, silence])
+        self.received_end_samples = self.total_samples
         self.total_samples += len(silence)
         return True
 
@@ -276,11 +278,15 @@ class Session:
             self.utterance = None
             if index <= self.finals_through:
                 continue  # finalized before a failover: replayed only to rebuild state
+            end_samples = decision.end_samples
+            if self.received_end_samples is not None:
+                # The end-of-stream padding is scored, but is not audio the caller sent.
+                end_samples = min(end_samples, self.received_end_samples)
             self.final_jobs.append(
                 FinalJob(
                     index,
                     decision.start_samples,
-                    decision.end_samples,
+                    end_samples,
                     decision.decided_at_samples,
                     decision.reason,
                 )
