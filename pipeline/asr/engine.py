@@ -249,13 +249,23 @@ class StreamingEngine:
         """Sessions with a final queued or a partial due (a backpressure signal)."""
         return len(self._due_jobs())
 
-    def step(self, max_jobs: int | None = None) -> list[EngineOutput]:
-        """Run VAD and recognition for every session that has work; return the outputs."""
+    def pending_finals(self) -> int:
+        """Finals queued (endpoint decided, not decoded yet)."""
+        return sum(len(session.final_jobs) for session in self._sessions.values())
+
+    def step(self, max_jobs: int | None = None, *, partials: bool = True) -> list[EngineOutput]:
+        """Run VAD and recognition for every session that has work; return the outputs.
+
+        ``partials=False`` decodes finals only (load shedding: partials are thinned before
+        finals are delayed); the skipped partials stay due and run in a later step.
+        """
         sessions = list(self._sessions.values())
         self._run_vad(sessions)
         for session in sessions:
             self._close_pending(session)
         jobs = self._due_jobs()
+        if not partials:
+            jobs = [job for job in jobs if job.final is not None]
         if max_jobs is not None:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []

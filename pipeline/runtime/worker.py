@@ -95,6 +95,7 @@ class WorkerStatus:
     model_loaded: bool = False
     assigned: frozenset[int] = frozenset()
     paused: bool = False
+    thinning: bool = False
     running: bool = False
     commits: int = 0
     finals: int = 0
@@ -182,7 +183,9 @@ class AsrWorker:
         for record in records:
             self._handle(record)
         started = time.perf_counter()
-        outputs = self._engine.step(max_jobs=self._worker.max_step_jobs)
+        outputs = self._engine.step(
+            max_jobs=self._worker.max_step_jobs, partials=not self._thinning()
+        )
         if outputs:
             self._metrics.observe_duration(DurationKind.STEP, time.perf_counter() - started)
         for output in outputs:
@@ -439,6 +442,7 @@ class AsrWorker:
         now_ms = self._clock.now_ms()
         for partition, progress in self._partitions.items():
             self._write_checkpoints(partition, progress, now_ms)
+            self._record_lag(partition, progress)
             watermark = progress.low_watermark()
             if watermark is not None:
                 offsets.append(
@@ -484,6 +488,18 @@ class AsrWorker:
         for progress in self._partitions.values():
             progress.checkpointed_handled_through = progress.handled_through
         self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
+
+    def _record_lag(self, partition: int, progress: PartitionProgress) -> None:
+        """Records not yet consumed in a partition (from the consumer's cached high watermark)."""
+        if progress.next_offset < 0:
+            return
+        topic_partition = TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], partition)
+        try:
+            _, high = self._consumer.get_watermark_offsets(topic_partition, cached=True)
+        except KafkaException:
+            return
+        if high >= 0:
+            self._metrics.set_partition_lag(partition, max(0, high - progress.next_offset))
 
     def _write_checkpoints(self, partition: int, progress: PartitionProgress, now_ms: int) -> None:
         """Checkpoint every session whose progress changed; advance ``handled_through``.
@@ -562,6 +578,23 @@ class AsrWorker:
                 logger.warning("cannot rewind partition %d: %s", tp.partition, seek_error)
 
     # -- backpressure ----------------------------------------------------------------------
+
+    def _thinning(self) -> bool:
+        """Shed partial decodes while more than half the pending-job budget is used.
+
+        The first lever under load: partials are thinned before finals are delayed; if that is
+        not enough, ``_backpressure`` pauses the partitions.
+        """
+        pending = self._engine.pending_jobs()
+        thin = pending > self._worker.max_pending_jobs // 2
+        if thin:
+            self._metrics.count_thinned_partials(max(0, pending - self._engine.pending_finals()))
+        if thin != self.status.thinning:
+            self.status.thinning = thin
+            self._event(
+                EventType.PARTIALS_THINNED, detail={"thinning": thin, "pending_jobs": pending}
+            )
+        return thin
 
     def _backpressure(self) -> None:
         pending = self._engine.pending_jobs()

@@ -338,3 +338,36 @@ def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) 
     texts, counts = _finals_by_id(finals)
     assert max(counts.values()) == 1
     assert texts == embedded_finals(calls)
+
+
+def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    from pipeline.producer import AudioPublisher
+    from pipeline.settings import Settings
+
+    first, second = load_calls(
+        ["utterances/utt01_account.flac", "utterances/utt02_billing.flac"], prefix=""
+    )
+    call_id = f"{topics.topic_prefix}flush"
+    worker = _worker(topics, group_id, "w-flush", tmp_path, STREAMSCRIBE_IDLE_TIMEOUT_MS="4000")
+    publisher = AudioPublisher.connect(Settings(kafka=topics))
+    try:
+        call = publisher.open_call(call_id)
+        call.push("mono", first.channels["mono"])
+        call.flush("mono")
+        call.push("mono", second.channels["mono"])
+        publisher.flush(30)  # delivered, but the stream never ends: the idle timeout closes it
+        events = read_topic(
+            topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(1), 240
+        )
+        assert sessions_ended(1)(events), worker.log()
+    finally:
+        worker.stop_quietly()
+        publisher.close(10)
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    finals.sort(key=lambda f: f["utterance_index"])
+    assert [f["endpoint_reason"] for f in finals] == ["forced", "end_of_stream"]
+    assert "account" in finals[0]["text"].lower()
+    assert "charged twice" in finals[1]["text"].lower()
+    assert finals[0]["end_ms"] <= finals[1]["start_ms"]
