@@ -1,0 +1,409 @@
+"""Replay bookkeeping: recorded audio chunks through the engine, exactly as the worker feeds it.
+
+``ReplayRunner`` is the pure core of ``streamscribe replay`` (no Kafka, no wall clock). The shell
+reads ``audio.chunks`` one partition at a time, in offset order, and hands every record to
+``feed``; ``end_partition`` closes what is still open; ``result`` returns the finals, sorted.
+
+Feeding follows ``pipeline.runtime.worker.AsrWorker._handle`` step for step, so a replay's finals
+are the finals the live worker would have published for the same records and settings:
+
+1. ``decode_chunk`` with the worker's ``max_chunk_bytes``; an invalid record is counted per
+   ``RejectReason`` (the worker dead-letters it) and skipped.
+2. ``Admission`` (per-session sequence numbers, ended calls, call length and session limits):
+   duplicates are dropped and counted, rejected chunks counted per reason, gaps counted.
+3. ``engine.accept`` with ``position=offset`` and the chunk's flush / end-of-stream flags.
+
+Time. The engine's clock is a ``StreamClock``: the audio time of the newest record fed in the
+current partition (its capture time plus its duration; the Kafka record timestamp when the chunk
+has no capture time). ``emit_ms`` of a final is that clock when the final was decoded, so replaying
+the same records with the same settings gives byte-identical finals, and ``latency_ms`` measures
+how much audio time passed between the endpoint decision and the final (step cadence only: a
+replay does not measure compute time). The engine steps whenever the clock moved by
+``step_interval_ms`` (or ``max_records_per_step`` records were fed), and at a partition's end.
+A session without audio for ``idle_timeout_ms`` of stream time is closed, as the worker closes
+it after the same time without audio; sessions still open at the end of the range are closed
+(``ended_by`` = ``range_end``) so their last utterances get finals.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
+from pipeline.asr.session import SessionKey
+from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES, decode_chunk
+from pipeline.contracts.messages import Final
+from pipeline.errors import ChunkRejectedError
+from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
+
+__all__ = [
+    "ChunkRecord",
+    "EndedBy",
+    "ReplayEngine",
+    "ReplayOptions",
+    "ReplayResult",
+    "ReplayRunner",
+    "StreamClock",
+    "StreamSummary",
+]
+
+MAX_CLOSING_STEPS = 1000
+"""Steps allowed to drain a partition's closed sessions (one or two suffice; more is a bug)."""
+
+
+class ReplayEngine(Protocol):
+    """What the runner needs of ``pipeline.asr.engine.StreamingEngine`` (a fake in unit tests)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def sessions(self) -> Mapping[SessionKey, object]: ...
+
+    def accept(
+        self,
+        key: SessionKey,
+        samples: npt.NDArray[np.float32],
+        sample_rate_hz: int,
+        *,
+        tenant: str = "default",
+        capture_ms: int | None = None,
+        position: int | None = None,
+        flush: bool = False,
+        end_of_stream: bool = False,
+    ) -> None: ...
+
+    def step(self, max_jobs: int | None = None) -> list[EngineOutput]: ...
+
+    def close(self, key: SessionKey) -> None: ...
+
+
+class StreamClock:
+    """The replay's clock: the audio time (epoch ms) of the newest record fed; never goes back
+    within a partition (``reset`` starts the next one)."""
+
+    def __init__(self) -> None:
+        self._now_ms = 0
+
+    def now_ms(self) -> int:
+        return self._now_ms
+
+    def observe(self, time_ms: int) -> None:
+        self._now_ms = max(self._now_ms, time_ms)
+
+    def reset(self) -> None:
+        self._now_ms = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRecord:
+    """One record of ``audio.chunks`` as read from Kafka (the value is not copied)."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Sequence[tuple[str, bytes]] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOptions:
+    """How records are admitted and when the engine steps (the worker's settings by default).
+
+    ``calls``: only records of these call ids are replayed (None: every call).
+    """
+
+    calls: frozenset[str] | None = None
+    max_chunk_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    limits: AdmissionLimits = field(default_factory=AdmissionLimits)
+    idle_timeout_ms: int = 30_000
+    step_interval_ms: int = 100
+    max_records_per_step: int = 500
+
+
+class EndedBy(enum.StrEnum):
+    """How a session's replay ended."""
+
+    END_OF_STREAM = "end_of_stream"
+    """The call's end-of-stream chunk was in the range."""
+    IDLE_TIMEOUT = "idle_timeout"
+    """No audio for ``idle_timeout_ms`` of stream time (the worker closes it the same way)."""
+    RANGE_END = "range_end"
+    """Still open at the end of the range: closed so its last utterance gets a final."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSummary:
+    """What a replay did with one (call, channel).
+
+    ``chunks``: admitted chunks; ``missing_chunks``: sequence numbers skipped (gaps);
+    ``first_seq > 0`` means the call started before the range. ``rejected``: chunks the worker
+    would have dead-lettered, per reason, sorted by reason. ``last_audio_ms``: stream time
+    (``StreamClock``) of its last admitted chunk.
+    """
+
+    call_id: str
+    channel: str
+    tenant: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    first_seq: int | None
+    last_seq: int | None
+    chunks: int
+    duplicates: int
+    missing_chunks: int
+    rejected: tuple[tuple[str, int], ...]
+    audio_ms: int
+    speech_ms: int
+    finals: int
+    suppressed: int
+    last_audio_ms: int
+    ended_by: EndedBy | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """Everything a replay produced, in a deterministic order.
+
+    ``finals`` sorted by (call, channel, utterance index); ``streams`` by (call, channel);
+    ``invalid``: records that failed ``decode_chunk``, per reason, sorted by reason;
+    ``skipped``: records of calls outside ``ReplayOptions.calls``.
+    """
+
+    finals: tuple[Final, ...]
+    streams: tuple[StreamSummary, ...]
+    records: int
+    skipped: int
+    invalid: tuple[tuple[str, int], ...]
+
+
+@dataclass(slots=True)
+class _Stream:
+    tenant: str
+    partition: int
+    first_offset: int
+    last_offset: int
+    first_seq: int | None = None
+    last_seq: int | None = None
+    chunks: int = 0
+    duplicates: int = 0
+    missing_chunks: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    audio_ms: int = 0
+    speech_ms: int = 0
+    finals: int = 0
+    suppressed: int = 0
+    last_audio_ms: int = 0
+    ended_by: EndedBy | None = None
+
+
+class ReplayRunner:
+    """Feeds recorded chunks to an engine like the worker does and collects its finals.
+
+    Single-threaded. Partitions are replayed one after the other: ``start_partition``,
+    ``feed`` (offset order), ``end_partition``. Sessions never span partitions (a call's records
+    share a key, hence a partition), so closing them at a partition's end loses nothing.
+    """
+
+    def __init__(
+        self, engine: ReplayEngine, clock: StreamClock, options: ReplayOptions | None = None
+    ) -> None:
+        self._engine = engine
+        self._clock = clock
+        self._options = options or ReplayOptions()
+        self._admission = Admission(self._options.limits)
+        self._streams: dict[SessionKey, _Stream] = {}
+        self._finals: list[Final] = []
+        self._invalid: Counter[str] = Counter()
+        self._records = 0
+        self._skipped = 0
+        self._partition: int | None = None
+        self._last_step_ms: int | None = None
+        self._fed_since_step = 0
+        self._calls = (
+            None
+            if self._options.calls is None
+            else frozenset(call.encode("utf-8") for call in self._options.calls)
+        )
+
+    # -- input -------------------------------------------------------------------------------
+
+    def start_partition(self, partition: int) -> None:
+        """Begin a partition (ending the previous one if it is still open)."""
+        if self._partition is not None:
+            self.end_partition()
+        self._partition = partition
+        self._clock.reset()
+        self._last_step_ms = None
+        self._fed_since_step = 0
+
+    def feed(self, record: ChunkRecord) -> None:
+        """Handle one record of the current partition (records in offset order)."""
+        if self._partition is None:
+            self.start_partition(record.partition)
+        self._records += 1
+        if self._calls is not None and (record.key or b"") not in self._calls:
+            self._skipped += 1
+            return
+        try:
+            chunk = decode_chunk(
+                record.key,
+                record.value,
+                record.headers,
+                max_payload_bytes=self._options.max_chunk_bytes,
+            )
+        except ChunkRejectedError as rejected:
+            self._invalid[rejected.reason] += 1
+            return
+        key = SessionKey(chunk.call_id, chunk.channel)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = _Stream(chunk.tenant, record.partition, record.offset, record.offset)
+            self._streams[key] = stream
+        stream.last_offset = record.offset
+        decision = self._admission.decide(key, chunk.seq, chunk.duration_ms, chunk.end_of_stream)
+        if decision.verdict is Verdict.DUPLICATE:
+            stream.duplicates += 1
+            return
+        if decision.verdict is Verdict.REJECT:
+            stream.rejected[str(decision.reason)] += 1
+            return
+        if decision.gap is not None:
+            stream.missing_chunks += decision.gap[1] - decision.gap[0]
+        if stream.first_seq is None:
+            stream.first_seq = chunk.seq
+        stream.last_seq = chunk.seq
+        stream.chunks += 1
+        if chunk.end_of_stream:
+            stream.ended_by = EndedBy.END_OF_STREAM
+        if chunk.capture_ms is not None:
+            self._clock.observe(chunk.capture_ms + round(chunk.duration_ms))
+        else:
+            self._clock.observe(record.timestamp_ms)
+        stream.last_audio_ms = self._clock.now_ms()
+        self._engine.accept(
+            key,
+            chunk.samples_float32(),
+            chunk.sample_rate_hz,
+            tenant=chunk.tenant,
+            capture_ms=chunk.capture_ms,
+            position=record.offset,
+            flush=chunk.flush,
+            end_of_stream=chunk.end_of_stream,
+        )
+        self._fed_since_step += 1
+        if self._step_due():
+            self._step()
+
+    def end_partition(self) -> None:
+        """Close every session still open (``range_end``) and step until all have ended."""
+        if self._partition is None:
+            return
+        self._step()
+        for key in list(self._engine.sessions):
+            stream = self._streams.get(key)
+            if stream is not None and stream.ended_by is None:
+                stream.ended_by = EndedBy.RANGE_END
+            self._engine.close(key)
+        for _ in range(MAX_CLOSING_STEPS):
+            if not self._engine.sessions:
+                break
+            self._step()
+        else:
+            raise RuntimeError(f"sessions did not end after {MAX_CLOSING_STEPS} steps")
+        self._partition = None
+
+    # -- output ------------------------------------------------------------------------------
+
+    def result(self) -> ReplayResult:
+        """End the open partition and return everything, sorted (see ``ReplayResult``)."""
+        self.end_partition()
+        finals = sorted(
+            self._finals, key=lambda f: (f.call_id, f.channel, f.utterance_index, f.start_ms)
+        )
+        streams = tuple(_summary(key, stream) for key, stream in sorted(self._streams.items()))
+        return ReplayResult(
+            finals=tuple(finals),
+            streams=streams,
+            records=self._records,
+            skipped=self._skipped,
+            invalid=tuple(sorted(self._invalid.items())),
+        )
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _step_due(self) -> bool:
+        now_ms = self._clock.now_ms()
+        if self._last_step_ms is None:
+            self._last_step_ms = now_ms
+        return (
+            now_ms - self._last_step_ms >= self._options.step_interval_ms
+            or self._fed_since_step >= self._options.max_records_per_step
+        )
+
+    def _step(self) -> None:
+        for output in self._engine.step():
+            self._route(output)
+        self._last_step_ms = self._clock.now_ms()
+        self._fed_since_step = 0
+        self._close_idle()
+
+    def _route(self, output: EngineOutput) -> None:
+        if isinstance(output, Final):
+            self._finals.append(output)
+            self._stream(output.call_id, output.channel).finals += 1
+        elif isinstance(output, Suppressed):
+            if output.final:
+                self._stream(*output.key).suppressed += 1
+        elif isinstance(output, SessionEnded):
+            stream = self._stream(*output.key)
+            stream.audio_ms += output.audio_ms
+            stream.speech_ms += output.speech_ms
+            self._admission.end(output.key)
+
+    def _stream(self, call_id: str, channel: str) -> _Stream:
+        return self._streams[SessionKey(call_id, channel)]
+
+    def _close_idle(self) -> None:
+        now_ms = self._clock.now_ms()
+        for key in list(self._engine.sessions):
+            stream = self._streams.get(key)
+            if (
+                stream is not None
+                and stream.ended_by is None
+                and now_ms - stream.last_audio_ms > self._options.idle_timeout_ms
+            ):
+                stream.ended_by = EndedBy.IDLE_TIMEOUT
+                self._engine.close(key)
+
+
+def _summary(key: SessionKey, stream: _Stream) -> StreamSummary:
+    return StreamSummary(
+        call_id=key.call_id,
+        channel=key.channel,
+        tenant=stream.tenant,
+        partition=stream.partition,
+        first_offset=stream.first_offset,
+        last_offset=stream.last_offset,
+        first_seq=stream.first_seq,
+        last_seq=stream.last_seq,
+        chunks=stream.chunks,
+        duplicates=stream.duplicates,
+        missing_chunks=stream.missing_chunks,
+        rejected=tuple(sorted(stream.rejected.items())),
+        audio_ms=stream.audio_ms,
+        speech_ms=stream.speech_ms,
+        finals=stream.finals,
+        suppressed=stream.suppressed,
+        last_audio_ms=stream.last_audio_ms,
+        ended_by=stream.ended_by,
+    )
