@@ -30,6 +30,7 @@ __all__ = [
     "HotwordSettings",
     "KafkaSettings",
     "MetricsSettings",
+    "MonitorSettings",
     "PublisherSettings",
     "QaSettings",
     "RedisSettings",
@@ -102,6 +103,9 @@ class AsrSettings:
     )
     max_utterance_ms: int = setting(20000, "MAX_UTTERANCE_MS", "longest utterance before a cut")
     partials: bool = setting(True, "PARTIALS", "publish partial transcripts")
+    denoise: bool = setting(
+        False, "DENOISE", "RNNoise before VAD (extra `denoise`; helps noisy lines, not clean ones)"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +244,37 @@ class HotwordSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class MonitorSettings:
+    """The web monitor for supervisors and QA analysts (``streamscribe monitor``)."""
+
+    port: int = setting(6070, "MONITOR_PORT", "port of the monitor's web pages and JSON APIs")
+    bind: str = setting("0.0.0.0", "MONITOR_BIND", "address the monitor's web server binds")
+    max_calls: int = setting(
+        1000, "MONITOR_MAX_CALLS", "most calls held in memory (live and recent); oldest evicted"
+    )
+    max_age_ms: int = setting(
+        86_400_000,
+        "MONITOR_MAX_AGE_MS",
+        "a call leaves the monitor this long after its last record; also how far back the "
+        "topics are read at start",
+    )
+    ended_linger_ms: int = setting(
+        60_000, "MONITOR_ENDED_LINGER_MS", "an ended call stays on the live page this long"
+    )
+    worker_metrics_urls: str = setting(
+        "",
+        "MONITOR_WORKER_METRICS_URLS",
+        "comma-separated /metrics URLs of the ASR workers for the health strip; empty = unknown",
+    )
+    metrics_interval_ms: int = setting(
+        5000, "MONITOR_METRICS_INTERVAL_MS", "how often the workers' /metrics are read"
+    )
+    metrics_window_ms: int = setting(
+        60_000, "MONITOR_METRICS_WINDOW_MS", "P95 latencies and the DLQ rate cover this window"
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting of a Streamscribe process, grouped by concern."""
 
@@ -251,6 +286,7 @@ class Settings:
     qa: QaSettings = field(default_factory=QaSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     hotwords: HotwordSettings = field(default_factory=HotwordSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
 
 
 @dataclass(frozen=True, slots=True)

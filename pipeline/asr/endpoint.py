@@ -140,6 +140,8 @@ class EndpointDetector:
 
     __slots__ = (
         "_config",
+        "_continues_cut",
+        "_cut_at_samples",
         "_last_speech_end_samples",
         "_position_samples",
         "_utterance_start_samples",
@@ -150,6 +152,10 @@ class EndpointDetector:
         self._position_samples = 0
         self._utterance_start_samples: int | None = None
         self._last_speech_end_samples: int | None = None
+        # Speech that continues a max-length cut is never a blip, however short: it is the tail
+        # of real speech. (Not in snapshots: a session is never quiescent between the two.)
+        self._cut_at_samples: int | None = None
+        self._continues_cut = False
 
     @classmethod
     def from_snapshot(cls, config: EndpointConfig, snapshot: EndpointSnapshot) -> EndpointDetector:
@@ -223,12 +229,14 @@ class EndpointDetector:
                 start = None
             if start is None:
                 start = self._utterance_start_samples = self._position_samples
+                self._continues_cut = self._cut_at_samples == start
             taken = min(remaining, start + max_samples - self._position_samples)
             self._position_samples += taken
             self._last_speech_end_samples = self._position_samples
             remaining -= taken
             if self._position_samples - start >= max_samples:
                 decisions.append(self._close(EndpointReason.MAX_LENGTH))
+                self._cut_at_samples = self._position_samples
         return tuple(decisions)
 
     def _push_silence(self, duration_samples: int) -> tuple[EndpointDecision, ...]:
@@ -257,6 +265,7 @@ class EndpointDetector:
         assert end is not None
         self._utterance_start_samples = None
         self._last_speech_end_samples = None
+        continues_cut, self._continues_cut = self._continues_cut, False
         return EndpointDecision(
             reason=reason,
             start_samples=start,
@@ -264,5 +273,5 @@ class EndpointDetector:
             decided_at_samples=(
                 self._position_samples if decided_at_samples is None else decided_at_samples
             ),
-            discarded=end - start < self._config.min_utterance_samples,
+            discarded=end - start < self._config.min_utterance_samples and not continues_cut,
         )

@@ -91,6 +91,7 @@ class EngineConfig:
     )
     guards: GuardConfig = field(default_factory=GuardConfig)
     emit_partials: bool = True
+    denoise: bool = False
 
     def __post_init__(self) -> None:
         # The gate widens speech by its pad; the endpoint must know it to measure real silence.
@@ -179,6 +180,7 @@ class StreamingEngine:
                 self._config.gate,
                 self._config.endpoint,
                 self._vad.frame_samples,
+                denoise=self._config.denoise,
             )
             session.finals_through = self._expected_finals_through.pop(key, -1)
             self._sessions[key] = session
@@ -219,7 +221,9 @@ class StreamingEngine:
 
     def drop(self, key: SessionKey) -> None:
         """Forget a session without output (its partition moved to another worker)."""
-        self._sessions.pop(key, None)
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            session.close()
         self._expected_finals_through.pop(key, None)
 
     def expect(self, key: SessionKey, finals_through: int) -> None:
@@ -236,12 +240,20 @@ class StreamingEngine:
             return None
         return session.snapshot(self._vad.export_state(session.vad_state))
 
-    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> None:
-        """Recreate a session from a snapshot; utterances ``<= finals_through`` are not emitted."""
+    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> bool:
+        """Recreate a session from a snapshot; utterances ``<= finals_through`` are not emitted.
+
+        Returns False, and restores nothing, when snapshots cannot be used (denoising: RNNoise's
+        state lives in C): the session must then be replayed from its first chunk (``expect``).
+        """
+        if self._config.denoise:
+            self.expect(key, finals_through)
+            return False
         session = self._session(key, snapshot.tenant)
         session.restore(snapshot)
         session.vad_state = self._vad.import_state(snapshot.vad_state)
         session.finals_through = finals_through
+        return True
 
     # -- work --------------------------------------------------------------------------------
 
@@ -277,6 +289,7 @@ class StreamingEngine:
             session.trim(pad)
             if session.end_pending and session.ended and not session.final_jobs:
                 outputs.append(self._ended(session))
+                session.close()
                 del self._sessions[session.key]
         return outputs
 
@@ -291,8 +304,9 @@ class StreamingEngine:
 
     def _close_pending(self, session: Session) -> None:
         if session.end_pending and not session.ended:
-            if session.pad_to_frame():
-                self._run_vad([session])
+            session.drain_denoiser()
+            session.pad_to_frame()
+            self._run_vad([session])
             session.close_stream(EndpointReason.END_OF_STREAM)
             session.ended = True
         elif session.flush_pending:

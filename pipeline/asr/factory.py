@@ -14,6 +14,7 @@ from pipeline.asr.engine import BiasSource, EngineConfig, StreamingEngine
 from pipeline.asr.vad import SileroVad, SpeechGateConfig
 from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.audio.denoise import rnnoise_library_path
 from pipeline.clock import Clock
 from pipeline.settings import AsrSettings
 
@@ -46,6 +47,7 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
         gate=gate,
         endpoint=endpoint,
         emit_partials=settings.partials,
+        denoise=settings.denoise,
     )
 
 
@@ -71,6 +73,8 @@ def build_engine(
     ``HotwordRegistry``); None decodes without biasing.
     """
     device = resolve_device(settings.device)
+    if settings.denoise:
+        rnnoise_library_path()  # fail at start-up, not at the first chunk
     threads = settings.threads or os.cpu_count() or 1
     vad = SileroVad(device=device)
     # Loading silero sets torch's thread count process-wide; set ours after it.

@@ -32,6 +32,7 @@ from pipeline.asr.endpoint import (
 )
 from pipeline.asr.recognizer import RecognizedWord
 from pipeline.asr.vad import SpeechGate, SpeechGateConfig, SpeechGateSnapshot
+from pipeline.audio.denoise import StreamDenoiser
 from pipeline.audio.resample import Upsampler2x, UpsamplerState
 
 __all__ = ["FinalJob", "Session", "SessionKey", "SessionSnapshot", "SessionStats"]
@@ -170,6 +171,8 @@ class Session:
         gate_config: SpeechGateConfig,
         endpoint_config: EndpointConfig,
         frame_samples: int,
+        *,
+        denoise: bool = False,
     ) -> None:
         self.key = key
         self.tenant = tenant
@@ -179,6 +182,7 @@ class Session:
         self.frame_samples = frame_samples
         self.input_rate_hz = 0
         self._upsampler: Upsampler2x | None = None
+        self._denoiser: StreamDenoiser | None = StreamDenoiser() if denoise else None
         self.buffer = np.zeros(0, dtype=np.float32)
         self.buffer_start_samples = 0
         self.total_samples = 0
@@ -209,14 +213,35 @@ class Session:
             self.input_rate_hz = sample_rate_hz
             self._upsampler = Upsampler2x() if sample_rate_hz == 8000 else None
         audio = self._upsampler.process(samples) if self._upsampler else samples
+        chunk_start_samples = self.total_samples
+        if self._denoiser is not None:
+            # The denoiser holds back its latency; this chunk starts after what it holds.
+            chunk_start_samples += self._denoiser.pending_samples
+            audio = self._denoiser.process(audio)
         if capture_ms is not None:
-            self.capture_marks.append((self.total_samples, capture_ms))
+            self.capture_marks.append((chunk_start_samples, capture_ms))
         if len(audio):
             self.buffer = np.concatenate([self.buffer, audio.astype(np.float32, copy=False)])
             self.total_samples += len(audio)
             self.stats.audio_samples += len(audio)
         if position is not None:
             self.last_position = position
+
+    def drain_denoiser(self) -> None:
+        """At the end of the stream, take the audio the denoiser still holds back."""
+        if self._denoiser is None or self._denoiser.closed:
+            return
+        tail = self._denoiser.flush()
+        self._denoiser.close()
+        if len(tail):
+            self.buffer = np.concatenate([self.buffer, tail])
+            self.total_samples += len(tail)
+            self.stats.audio_samples += len(tail)
+
+    def close(self) -> None:
+        """Release what is not garbage-collected promptly (the denoiser's C state)."""
+        if self._denoiser is not None:
+            self._denoiser.close()
 
     def pad_to_frame(self) -> bool:
         """At the end of a stream, zero-pad the last partial VAD frame; True if it padded.
@@ -277,7 +302,9 @@ class Session:
             self.next_index += 1
             self.utterance = None
             if index <= self.finals_through:
-                continue  # finalized before a failover: replayed only to rebuild state
+                # Finalized before a failover: replayed only to rebuild state.
+                self.stats.utterances += 1
+                continue
             end_samples = decision.end_samples
             if self.received_end_samples is not None:
                 # The end-of-stream padding is scored, but is not audio the caller sent.
@@ -287,7 +314,9 @@ class Session:
                     index,
                     decision.start_samples,
                     end_samples,
-                    decision.decided_at_samples,
+                    # The VAD position when the rule fired (the endpoint's own timeline lags it
+                    # by the gate's pad): the audio that had to arrive for this final.
+                    max(decision.decided_at_samples, self.gate.position_samples),
                     decision.reason,
                 )
             )
@@ -355,7 +384,8 @@ class Session:
         """No utterance open or queued and no speech pending: a snapshot loses nothing."""
         gate = self.gate.snapshot()
         return (
-            self.utterance is None
+            self._denoiser is None  # RNNoise's C state cannot be snapshotted
+            and self.utterance is None
             and not self.final_jobs
             and self.endpoint.utterance_start_samples is None
             and not gate.in_speech

@@ -1,0 +1,831 @@
+"""The streaming engine on synthetic audio, without weights.
+
+``EnergyVad`` scores loudness as speech (a 440 Hz tone at -13.5 dBFS scores 1, digital silence
+0) and :class:`~tests.unit.asr.fakes.FakeRecognizer` answers from a script, so segmentation is
+exact to the VAD frame: loud frames ``[a, b)`` (32 ms each) become the utterance
+``[a * 32 - 60, b * 32 + 60)`` ms (the gate's 60 ms pad on each side), and 25 quiet frames
+(800 ms) after it close it by silence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.asr.endpoint import EndpointConfig, EndpointReason
+from pipeline.asr.engine import (
+    EngineConfig,
+    EngineOutput,
+    SessionEnded,
+    StreamingEngine,
+    Suppressed,
+)
+from pipeline.asr.guards import Guard
+from pipeline.asr.recognizer import Recognition, RecognitionRequest
+from pipeline.asr.session import SessionKey, SessionSnapshot
+from pipeline.asr.vad import EnergyVad
+from pipeline.audio.resample import to_16k
+from pipeline.clock import ManualClock
+from pipeline.contracts.messages import Final, Partial, to_json
+from tests.conftest import validate
+from tests.unit.asr.fakes import FakeRecognizer, audio_words, recognition
+
+Audio = npt.NDArray[np.float32]
+
+RATE_HZ = 16_000
+FRAME = 512  # samples at 16 kHz
+FRAME_MS = 32
+PAD_MS = 60
+SPLIT_FRAMES = 25  # 800 ms of real silence: the endpoint's default
+CHUNK = 1600  # 100 ms at 16 kHz
+KEY = SessionKey("call-1", "mono")
+EMIT_MS = 1_700_000_000_000
+
+
+def signal(*runs: int, rate_hz: int = RATE_HZ) -> Audio:
+    """Alternating runs of VAD frames (32 ms), quiet first: ``signal(10, 40, 30)`` is 320 ms of
+    digital silence, 1280 ms of a 440 Hz tone, 960 ms of silence."""
+    frame = FRAME * rate_hz // RATE_HZ
+    total = sum(runs) * frame
+    t = np.arange(total) / rate_hz
+    audio = (0.3 * np.sin(2 * np.pi * 440.0 * t)).astype(np.float32)
+    position = 0
+    for i, run in enumerate(runs):
+        if i % 2 == 0:
+            audio[position * frame : (position + run) * frame] = 0.0
+        position += run
+    return audio
+
+
+def loud_spans_ms(*runs: int) -> list[tuple[int, int]]:
+    """The utterance each loud run becomes on its own (gate pads included)."""
+    spans, position = [], 0
+    for i, run in enumerate(runs):
+        if i % 2 == 1:
+            spans.append(
+                (max(position * FRAME_MS - PAD_MS, 0), (position + run) * FRAME_MS + PAD_MS)
+            )
+        position += run
+    return spans
+
+
+def make_engine(
+    recognizer: FakeRecognizer | None = None,
+    *,
+    hop_ms: int = 500,
+    max_batch: int = 16,
+    max_utterance_ms: int = 20_000,
+    partials: bool = True,
+) -> tuple[StreamingEngine, FakeRecognizer]:
+    fake = recognizer or FakeRecognizer()
+    config = EngineConfig(
+        hop_ms=hop_ms,
+        min_decode_ms=500,
+        max_batch=max_batch,
+        endpoint=EndpointConfig(max_utterance_ms=max_utterance_ms, speech_pad_ms=PAD_MS),
+        emit_partials=partials,
+    )
+    return StreamingEngine(fake, EnergyVad(), config, ManualClock(EMIT_MS)), fake
+
+
+def run(
+    engine: StreamingEngine,
+    audio: Audio,
+    *,
+    key: SessionKey = KEY,
+    rate_hz: int = RATE_HZ,
+    chunk_samples: int = CHUNK,
+    end_of_stream: bool = True,
+) -> list[EngineOutput]:
+    """Feed ``audio`` chunk by chunk with a ``step`` after each, then drain the session."""
+    outputs: list[EngineOutput] = []
+    for start in range(0, len(audio), chunk_samples):
+        last = start + chunk_samples >= len(audio)
+        engine.accept(
+            key, audio[start : start + chunk_samples], rate_hz, end_of_stream=end_of_stream and last
+        )
+        outputs.extend(engine.step())
+    if end_of_stream:
+        outputs.extend(engine.step())
+        assert key not in engine.sessions
+    return outputs
+
+
+def finals(outputs: Sequence[EngineOutput], key: SessionKey | None = None) -> list[Final]:
+    """The finals among ``outputs`` (of one session when ``key`` is given), in order."""
+    return [
+        o
+        for o in outputs
+        if isinstance(o, Final) and (key is None or (o.call_id, o.channel) == tuple(key))
+    ]
+
+
+def partials(outputs: Sequence[EngineOutput]) -> list[Partial]:
+    return [o for o in outputs if isinstance(o, Partial)]
+
+
+def spans(items: Sequence[Final]) -> list[tuple[int, int]]:
+    return [(f.start_ms, f.end_ms) for f in items]
+
+
+def reasons(items: Sequence[Final]) -> list[EndpointReason]:
+    return [f.endpoint_reason for f in items]
+
+
+def final_requests(fake: FakeRecognizer) -> list[RecognitionRequest]:
+    return [r for r in fake.requests if r.with_word_timings]
+
+
+# -- segmentation ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("gap_frames", "utterances"),
+    [(9, 1), (24, 1), (SPLIT_FRAMES, 2), (32, 2)],
+    ids=["288ms", "768ms", "800ms", "1024ms"],
+)
+def test_a_pause_of_800_ms_or_more_splits_the_utterance(gap_frames: int, utterances: int) -> None:
+    runs = (10, 40, gap_frames, 40, 30)
+    engine, fake = make_engine()
+    got = finals(run(engine, signal(*runs)))
+    expected = loud_spans_ms(*runs)
+    if utterances == 1:
+        expected = [(expected[0][0], expected[1][1])]
+    assert spans(got) == expected
+    assert reasons(got) == [EndpointReason.SILENCE] * utterances
+    assert [f.utterance_index for f in got] == list(range(utterances))
+    assert [f.utterance_id for f in got] == [f"call-1:mono:{i}" for i in range(utterances)]
+    # Each final was decoded from exactly its utterance's audio.
+    assert [len(r.audio) for r in final_requests(fake)] == [
+        (end - start) * RATE_HZ // 1000 for start, end in expected
+    ]
+
+
+def test_final_text_and_word_timings_come_from_the_recognizer() -> None:
+    runs = (10, 40, 30)
+    audio = signal(*runs)
+    engine, _ = make_engine()
+    [final] = finals(run(engine, audio))
+    start, end = loud_spans_ms(*runs)[0]
+    expected = audio_words(RecognitionRequest(audio[start * 16 : end * 16], with_word_timings=True))
+    assert final.text == expected.text.strip()
+    assert [w.word for w in final.words] == [w.text.strip() for w in expected.words]
+    # Word times are shifted from the utterance's audio to the call's.
+    assert [(w.start_ms, w.end_ms) for w in final.words] == [
+        (start + (w.start_ms or 0), start + (w.end_ms or 0)) for w in expected.words
+    ]
+    assert all(w.probability == 0.9 for w in final.words)
+    assert final.model_id == "fake-asr"
+    assert final.emit_ms == EMIT_MS
+    assert final.latency_ms is None
+    assert final.capture_ms is None
+    validate("final", json.loads(to_json(final)))
+
+
+def test_max_length_cuts_a_long_utterance() -> None:
+    runs = (10, 160, 30)  # 5120 ms of speech
+    engine, _ = make_engine(max_utterance_ms=2000)
+    got = finals(run(engine, signal(*runs)))
+    (start, end) = loud_spans_ms(*runs)[0]
+    assert spans(got) == [(start, start + 2000), (start + 2000, start + 4000), (start + 4000, end)]
+    assert reasons(got) == [
+        EndpointReason.MAX_LENGTH,
+        EndpointReason.MAX_LENGTH,
+        EndpointReason.SILENCE,
+    ]
+
+
+def test_a_max_length_cut_loses_no_speech() -> None:
+    """The speech after a cut is the tail of real speech, not a blip: however short, it gets
+    its own final (here 168 ms, under the 200 ms below which a lone utterance is a blip)."""
+    runs = (10, 64, 30)  # 2048 ms of speech: 2168 ms with the pads
+    engine, _ = make_engine(max_utterance_ms=2000)
+    got = finals(run(engine, signal(*runs)))
+    (start, end) = loud_spans_ms(*runs)[0]
+    assert spans(got) == [(start, start + 2000), (start + 2000, end)]
+    assert reasons(got) == [EndpointReason.MAX_LENGTH, EndpointReason.SILENCE]
+
+
+def test_end_of_stream_closes_the_open_utterance_and_ends_the_session() -> None:
+    engine, _ = make_engine()
+    outputs = run(engine, signal(10, 40))
+    got = finals(outputs)
+    assert spans(got) == [(10 * FRAME_MS - PAD_MS, 50 * FRAME_MS)]
+    assert reasons(got) == [EndpointReason.END_OF_STREAM]
+    assert outputs[-1] == SessionEnded(
+        KEY,
+        "default",
+        audio_ms=50 * FRAME_MS,
+        speech_ms=50 * FRAME_MS - (10 * FRAME_MS - PAD_MS),
+        utterances=1,
+        suppressed=0,
+    )
+    assert engine.snapshot(KEY) is None
+
+
+def test_a_final_never_reaches_past_the_audio_received() -> None:
+    """A stream that ends inside a VAD frame is zero-padded to a whole frame for the VAD; the
+    padding is not audio the caller sent, so no final may span it."""
+    audio = signal(10, 40)[: 50 * FRAME - 400]  # ends 112 samples into the last frame
+    engine, _ = make_engine()
+    outputs = run(engine, audio)
+    [final] = finals(outputs)
+    ended = outputs[-1]
+    assert isinstance(ended, SessionEnded)
+    assert ended.audio_ms == len(audio) * 1000 // RATE_HZ
+    assert final.end_ms <= ended.audio_ms
+
+
+@pytest.mark.parametrize("step_between", [True, False], ids=["step-between", "accept-after"])
+def test_a_forced_final_closes_the_utterance_at_the_flush(step_between: bool) -> None:
+    runs = (10, 80, 30)
+    audio = signal(*runs)
+    flush_at = 50 * FRAME  # 40 frames into the speech, on a frame boundary
+    engine, fake = make_engine(partials=False)
+    engine.accept(KEY, audio[:flush_at], RATE_HZ, flush=True)
+    outputs = engine.step() if step_between else []
+    if step_between:
+        assert reasons(finals(outputs)) == [EndpointReason.FORCED]
+    engine.accept(KEY, audio[flush_at:], RATE_HZ, end_of_stream=True)
+    outputs += engine.step()
+    got = finals(outputs)
+    start, end = loud_spans_ms(*runs)[0]
+    flush_ms = flush_at * 1000 // RATE_HZ
+    # The audio after the flush belongs to the next utterance, which starts where it ended.
+    assert spans(got) == [(start, flush_ms), (flush_ms, end)]
+    assert reasons(got) == [EndpointReason.FORCED, EndpointReason.SILENCE]
+    assert [f.utterance_index for f in got] == [0, 1]
+    assert [len(r.audio) for r in final_requests(fake)] == [
+        (flush_ms - start) * 16,
+        (end - flush_ms) * 16,
+    ]
+
+
+def test_a_flush_inside_a_vad_frame_keeps_the_finals_contiguous() -> None:
+    audio = signal(10, 80, 30)
+    flush_at = 50 * FRAME + 300
+    engine, _ = make_engine(partials=False)
+    engine.accept(KEY, audio[:flush_at], RATE_HZ, flush=True)
+    engine.accept(KEY, audio[flush_at:], RATE_HZ, end_of_stream=True)
+    first, second = finals(engine.step())
+    flush_ms = flush_at * 1000 // RATE_HZ
+    assert first.endpoint_reason is EndpointReason.FORCED
+    # The flush settles on the last whole VAD frame before it.
+    assert flush_ms - FRAME_MS < first.end_ms <= flush_ms
+    assert second.start_ms == first.end_ms
+
+
+def test_a_flush_with_no_open_utterance_emits_nothing() -> None:
+    engine, fake = make_engine()
+    engine.accept(KEY, signal(30), RATE_HZ, flush=True)
+    assert engine.step() == []
+    assert fake.calls == []
+    assert engine.snapshot(KEY) is not None
+
+
+def test_close_ends_an_idle_session_with_its_finals_then_session_ended() -> None:
+    engine, _ = make_engine()
+    outputs = run(engine, signal(10, 40, 5), end_of_stream=False)
+    assert finals(outputs) == []
+    assert engine.snapshot(KEY) is None  # an utterance is open
+    engine.close(KEY)
+    outputs = engine.step()
+    assert [type(o) for o in outputs] == [Final, SessionEnded]
+    final = outputs[0]
+    assert isinstance(final, Final)
+    assert final.endpoint_reason is EndpointReason.END_OF_STREAM
+    assert (final.start_ms, final.end_ms) == (10 * FRAME_MS - PAD_MS, 50 * FRAME_MS + PAD_MS)
+    assert KEY not in engine.sessions
+    engine.close(KEY)  # an unknown session: nothing happens
+    assert engine.step() == []
+
+
+def test_close_of_a_quiet_session_ends_it_without_a_final() -> None:
+    engine, fake = make_engine()
+    run(engine, signal(40), end_of_stream=False)
+    engine.close(KEY)
+    outputs = engine.step()
+    assert outputs == [SessionEnded(KEY, "default", 40 * FRAME_MS, 0, 0, 0)]
+    assert fake.calls == []
+
+
+def test_telephone_audio_is_resampled_to_16_khz_positions() -> None:
+    runs = (10, 40, 30, 40, 30)
+    narrow = signal(*runs, rate_hz=8000)
+    engine_8k, fake_8k = make_engine()
+    outputs_8k = run(engine_8k, narrow, rate_hz=8000, chunk_samples=800)
+    engine_16k, fake_16k = make_engine()
+    outputs_16k = run(engine_16k, to_16k(narrow, 8000), chunk_samples=CHUNK)
+    # Fed at 8 kHz, the session sees exactly the one-shot 16 kHz resampling of its audio.
+    assert outputs_8k == outputs_16k
+    assert [r.audio.tobytes() for r in fake_8k.requests] == [
+        r.audio.tobytes() for r in fake_16k.requests
+    ]
+    got = finals(outputs_8k)
+    assert len(got) == 2
+    for final, (start, end) in zip(got, loud_spans_ms(*runs), strict=True):
+        # The resampler's 1 ms delay and ringing may move an edge by at most one VAD frame.
+        assert abs(final.start_ms - start) <= FRAME_MS
+        assert abs(final.end_ms - end) <= FRAME_MS
+    ended = outputs_8k[-1]
+    assert isinstance(ended, SessionEnded)
+    assert ended.audio_ms == len(narrow) * 1000 // 8000
+
+
+# -- partials ----------------------------------------------------------------------------------
+
+WORDS = ("hello", "Hello,", "world", "account", "my", "the", "order", "refund")
+
+
+def committed_words(partial: Partial) -> list[str]:
+    return partial.committed_text.split()
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    hypotheses=st.lists(st.lists(st.sampled_from(WORDS), max_size=8), min_size=1, max_size=12),
+    keep_committed=st.booleans(),
+)
+def test_committed_text_never_retracts(hypotheses: list[list[str]], keep_committed: bool) -> None:
+    """Whatever the recognizer says hop after hop, committed text only grows."""
+    served = 0
+
+    def script(request: RecognitionRequest) -> Recognition:
+        nonlocal served
+        if request.with_word_timings:
+            return audio_words(request)
+        result = recognition(hypotheses[served % len(hypotheses)])
+        served += 1
+        if keep_committed:
+            words = request.committed + result.words[len(request.committed) :]
+            result = dataclasses.replace(result, words=words, text="".join(w.text for w in words))
+        return result
+
+    engine, _ = make_engine(FakeRecognizer(script))
+    got = partials(run(engine, signal(10, 150, 30)))
+    assert len(got) >= 8
+    assert [p.revision for p in got] == list(range(len(got)))
+    assert {p.utterance_index for p in got} == {0}
+    for before, after in itertools.pairwise(got):
+        assert committed_words(after)[: len(committed_words(before))] == committed_words(before)
+        assert after.end_ms > before.end_ms
+
+
+@pytest.mark.parametrize("hop_ms", [300, 500, 1000])
+def test_a_partial_is_emitted_every_hop(hop_ms: int) -> None:
+    runs = (10, 150, 30)
+    engine, _ = make_engine(hop_ms=hop_ms)
+    outputs = run(engine, signal(*runs))
+    got = partials(outputs)
+    start, end = loud_spans_ms(*runs)[0]
+    assert {p.start_ms for p in got} == {start}
+    assert got[0].end_ms - start >= 500  # min_decode_ms
+    # Every hop of new audio (plus at most one chunk and one VAD frame of delay) is re-decoded.
+    gaps = [after.end_ms - before.end_ms for before, after in itertools.pairwise(got)]
+    assert all(hop_ms <= gap < hop_ms + 100 + FRAME_MS for gap in gaps)
+    # Partials stop once the utterance is final; they never run past its endpoint decision.
+    final_at = outputs.index(finals(outputs)[0])
+    assert all(outputs.index(p) < final_at for p in got)
+    assert got[-1].end_ms <= end + 800
+    for partial in got:
+        validate("partial", json.loads(to_json(partial)))
+
+
+def test_partials_commit_what_two_hypotheses_agree_on() -> None:
+    engine, _ = make_engine()
+    got = partials(run(engine, signal(10, 150, 30)))
+    # The default script repeats earlier words as the window grows: they get committed.
+    assert got[0].committed_text == ""
+    assert got[-1].committed_text != ""
+    assert all(p.tentative_text for p in got)
+
+
+def test_no_partials_when_disabled() -> None:
+    engine, fake = make_engine(partials=False)
+    outputs = run(engine, signal(10, 150, 30))
+    assert partials(outputs) == []
+    assert all(r.with_word_timings for r in fake.requests)
+
+
+# -- finals: tiling and ordering ---------------------------------------------------------------
+
+runs_strategy = st.lists(st.integers(1, 60), min_size=1, max_size=10)
+
+
+def covered(final_spans: list[tuple[int, int]], runs: Sequence[int]) -> bool:
+    """Every loud run long enough to be speech (8 frames, 256 ms) lies inside the finals."""
+    position = 0
+    for i, run_frames in enumerate(runs):
+        if i % 2 == 1 and run_frames >= 8:
+            for frame in range(position, position + run_frames):
+                middle_ms = frame * FRAME_MS + FRAME_MS // 2
+                if not any(start <= middle_ms < end for start, end in final_spans):
+                    return False
+        position += run_frames
+    return True
+
+
+@settings(deadline=None, max_examples=40)
+@given(
+    runs_a=runs_strategy,
+    runs_b=runs_strategy,
+    chunk_a=st.integers(160, 6000),
+    chunk_b=st.integers(37, 6000),
+)
+def test_finals_tile_the_speech_in_order_whatever_the_chunking(
+    runs_a: list[int], runs_b: list[int], chunk_a: int, chunk_b: int
+) -> None:
+    keys = (SessionKey("call-a", "agent"), SessionKey("call-a", "customer"))
+    audios = (signal(*runs_a), signal(*runs_b))
+    chunks = (chunk_a, chunk_b)
+    engine, _ = make_engine(max_utterance_ms=60_000)
+    outputs: list[EngineOutput] = []
+    positions = [0, 0]
+    while any(p < len(a) for p, a in zip(positions, audios, strict=True)):
+        for i, (key, audio) in enumerate(zip(keys, audios, strict=True)):
+            if positions[i] >= len(audio):
+                continue
+            end = positions[i] + chunks[i]
+            engine.accept(key, audio[positions[i] : end], RATE_HZ, end_of_stream=end >= len(audio))
+            positions[i] = end
+        outputs.extend(engine.step())
+    outputs.extend(engine.step())
+    assert engine.sessions == {}
+    for key, audio, runs in zip(keys, audios, (runs_a, runs_b), strict=True):
+        got = finals(outputs, key)
+        assert [f.utterance_index for f in got] == list(range(len(got)))
+        for final in got:
+            assert 0 <= final.start_ms < final.end_ms <= len(audio) * 1000 // RATE_HZ + FRAME_MS
+        for before, after in itertools.pairwise(got):
+            assert before.end_ms <= after.start_ms
+        assert covered(spans(got), runs)
+        ended = [o for o in outputs if isinstance(o, SessionEnded) and o.key == key]
+        assert len(ended) == 1
+        assert outputs.index(ended[0]) > max((outputs.index(f) for f in got), default=-1)
+        # Finals depend on the audio alone: one chunk, alone in its engine, gives the same.
+        alone, _ = make_engine(max_utterance_ms=60_000, partials=False)
+        one_shot = finals(run(alone, audio, key=key, chunk_samples=len(audio)), key)
+        assert one_shot == got
+
+
+# -- batching ----------------------------------------------------------------------------------
+
+
+def test_one_step_serves_every_due_session_in_bounded_batches() -> None:
+    engine, fake = make_engine(max_batch=2)
+    keys = [SessionKey(f"call-{i}", "mono") for i in range(5)]
+    for key in keys:
+        engine.accept(key, signal(10, 40, 30), RATE_HZ)
+    assert engine.pending_jobs() == 0  # the VAD has not run yet
+    outputs = engine.step()
+    assert fake.batch_sizes == [2, 2, 1]
+    assert {(f.call_id, f.channel) for f in finals(outputs)} == {tuple(k) for k in keys}
+    assert engine.pending_jobs() == 0
+
+
+def test_max_jobs_bounds_a_step_and_leaves_the_rest_due() -> None:
+    engine, fake = make_engine(max_batch=2)
+    keys = [SessionKey(f"call-{i}", "mono") for i in range(3)]
+    for key in keys:
+        engine.accept(key, signal(10, 40, 30), RATE_HZ)
+    first = engine.step(max_jobs=1)
+    assert len(finals(first)) == 1
+    assert engine.pending_jobs() == 2
+    second = engine.step()
+    assert len(finals(second)) == 2
+    assert fake.batch_sizes == [1, 2]
+    assert engine.pending_jobs() == 0
+
+
+def test_finals_are_decoded_before_partials() -> None:
+    engine, fake = make_engine()
+    ongoing, ending = SessionKey("call-ongoing", "mono"), SessionKey("call-ending", "mono")
+    engine.accept(ongoing, signal(10, 60), RATE_HZ)  # speech still going: a partial is due
+    engine.accept(ending, signal(10, 40, 30), RATE_HZ)  # closed by silence: a final is due
+    outputs = engine.step()
+    assert [type(o) for o in outputs] == [Final, Partial]
+    [call] = fake.calls
+    assert [r.with_word_timings for r in call] == [True, False]
+
+
+def test_a_step_without_partials_decodes_finals_only_and_keeps_partials_due() -> None:
+    engine, fake = make_engine()
+    ongoing, ending = SessionKey("call-ongoing", "mono"), SessionKey("call-ending", "mono")
+    engine.accept(ongoing, signal(10, 60), RATE_HZ)
+    engine.accept(ending, signal(10, 40, 30), RATE_HZ)
+    assert [type(o) for o in engine.step(partials=False)] == [Final]
+    assert engine.pending_finals() == 0
+    assert engine.pending_jobs() == 1  # the partial is still due
+    assert [type(o) for o in engine.step()] == [Partial]
+    assert [len(call) for call in fake.calls] == [1, 1]
+
+
+def test_pending_finals_counts_decided_but_undecoded_utterances() -> None:
+    engine, _ = make_engine(max_batch=1)
+    for i in range(3):
+        engine.accept(SessionKey(f"call-{i}", "mono"), signal(10, 40, 30), RATE_HZ)
+    assert engine.pending_finals() == 0  # the VAD has not run yet
+    engine.step(max_jobs=1)
+    assert engine.pending_finals() == 2
+    engine.step()
+    assert engine.pending_finals() == 0
+
+
+def test_an_empty_end_of_stream_chunk_ends_the_session() -> None:
+    engine, _ = make_engine()
+    engine.accept(KEY, signal(10, 40, 5), RATE_HZ)
+    engine.step()
+    engine.accept(KEY, np.zeros(0, dtype=np.float32), RATE_HZ, end_of_stream=True)
+    outputs = engine.step()
+    assert [type(o) for o in outputs] == [Final, SessionEnded]
+    assert reasons(finals(outputs)) == [EndpointReason.END_OF_STREAM]
+    assert KEY not in engine.sessions
+
+
+def test_sessions_do_not_influence_each_other() -> None:
+    audio_a, audio_b = signal(10, 40, 30, 60, 30), signal(3, 70, 40)
+    key_a, key_b = SessionKey("a", "mono"), SessionKey("b", "mono")
+    together, _ = make_engine()
+    outputs: list[EngineOutput] = []
+    for start in range(0, max(len(audio_a), len(audio_b)), CHUNK):
+        for key, audio in ((key_a, audio_a), (key_b, audio_b)):
+            if start < len(audio):
+                end = start + CHUNK
+                engine_chunk = audio[start:end]
+                together.accept(key, engine_chunk, RATE_HZ, end_of_stream=end >= len(audio))
+        outputs.extend(together.step())
+    outputs.extend(together.step())
+    for key, audio in ((key_a, audio_a), (key_b, audio_b)):
+        alone, _ = make_engine()
+        alone_outputs = run(alone, audio, key=key)
+        mine = [
+            o
+            for o in outputs
+            if (isinstance(o, Partial | Final) and (o.call_id, o.channel) == tuple(key))
+            or (isinstance(o, SessionEnded) and o.key == key)
+        ]
+        assert mine == alone_outputs
+
+
+# -- guards ------------------------------------------------------------------------------------
+
+
+def scripted_final(result: Recognition) -> Callable[[RecognitionRequest], Recognition]:
+    def script(request: RecognitionRequest) -> Recognition:
+        return result if request.with_word_timings else audio_words(request)
+
+    return script
+
+
+@pytest.mark.parametrize(
+    ("result", "guard"),
+    [
+        (recognition(["you"] * 3, compression_ratio=3.1), Guard.COMPRESSION_RATIO),
+        (recognition(["you"], no_speech_prob=0.9, avg_logprob=-1.5), Guard.NO_SPEECH),
+        (recognition(["you"], avg_logprob=-1.5), Guard.LOW_LOGPROB),
+    ],
+    ids=["compression", "no-speech", "logprob"],
+)
+def test_a_guarded_final_is_suppressed(result: Recognition, guard: Guard) -> None:
+    engine, _ = make_engine(FakeRecognizer(scripted_final(result)), partials=False)
+    outputs = run(engine, signal(10, 40, 30, 40, 30))
+    assert finals(outputs) == []
+    suppressed = [o for o in outputs if isinstance(o, Suppressed)]
+    assert [(s.utterance_index, s.guard, s.final, s.text) for s in suppressed] == [
+        (0, guard, True, result.text.strip()),
+        (1, guard, True, result.text.strip()),
+    ]
+    assert outputs[-1] == SessionEnded(
+        KEY,
+        "default",
+        audio_ms=150 * FRAME_MS,
+        speech_ms=2 * (40 * FRAME_MS + 2 * PAD_MS),
+        utterances=0,
+        suppressed=2,
+    )
+
+
+def test_a_high_no_speech_probability_alone_does_not_suppress() -> None:
+    result = recognition(["hello"], no_speech_prob=0.9, avg_logprob=-0.3)
+    engine, _ = make_engine(FakeRecognizer(scripted_final(result)), partials=False)
+    [final] = finals(run(engine, signal(10, 40, 30)))
+    assert final.text == "hello"
+
+
+def test_a_guarded_partial_is_suppressed_and_not_published() -> None:
+    def script(request: RecognitionRequest) -> Recognition:
+        if request.with_word_timings:
+            return audio_words(request)
+        return recognition(["the"] * 40, compression_ratio=5.0)
+
+    engine, _ = make_engine(FakeRecognizer(script))
+    outputs = run(engine, signal(10, 100, 30))
+    assert partials(outputs) == []
+    suppressed = [o for o in outputs if isinstance(o, Suppressed)]
+    assert suppressed
+    assert all(not s.final and s.utterance_index == 0 for s in suppressed)
+    assert len(finals(outputs)) == 1
+
+
+def test_an_empty_hypothesis_is_neither_final_nor_suppressed() -> None:
+    engine, _ = make_engine(FakeRecognizer(scripted_final(recognition([]))), partials=False)
+    outputs = run(engine, signal(10, 40, 30, 40, 30))
+    speech_ms = 2 * (40 * FRAME_MS + 2 * PAD_MS)
+    assert outputs == [SessionEnded(KEY, "default", 150 * FRAME_MS, speech_ms, 0, 0)]
+
+
+# -- determinism, capture times and checkpoints ----------------------------------------------
+
+
+def test_the_same_input_gives_identical_outputs() -> None:
+    audio = signal(10, 40, 30, 90, 12, 40, 30)
+    first, _ = make_engine()
+    second, _ = make_engine()
+    outputs = run(first, audio)
+    assert outputs == run(second, audio)
+    assert len(finals(outputs)) == 2
+    assert partials(outputs)
+
+
+def test_latency_is_measured_from_the_capture_time_of_the_endpoint_audio() -> None:
+    runs = (10, 40, 30)
+    audio = signal(*runs)
+    engine, _ = make_engine(partials=False)
+    clock = ManualClock(EMIT_MS)
+    engine = StreamingEngine(FakeRecognizer(), EnergyVad(), engine.config, clock)
+    capture_start_ms = EMIT_MS - 60_000
+    outputs: list[EngineOutput] = []
+    for start in range(0, len(audio), CHUNK):
+        engine.accept(
+            KEY, audio[start : start + CHUNK], RATE_HZ, capture_ms=capture_start_ms + start // 16
+        )
+        clock.advance(100)
+        outputs.extend(engine.step())
+    [final] = finals(outputs)
+    # The silence rule fires 800 ms of real silence after the last loud frame; the position it
+    # reports lies one speech pad earlier (the gate settles silence a pad behind its input).
+    last_loud_ms = 50 * FRAME_MS
+    assert final.capture_ms is not None
+    assert capture_start_ms + last_loud_ms + 800 - PAD_MS <= final.capture_ms
+    assert final.capture_ms <= capture_start_ms + last_loud_ms + 800
+    assert final.latency_ms == final.emit_ms - final.capture_ms
+
+
+def test_a_snapshot_exists_only_between_utterances() -> None:
+    audio = signal(10, 40, 30)
+    engine, _ = make_engine()
+    assert engine.snapshot(KEY) is None  # no such session
+    seen: list[bool] = []
+    for start in range(0, len(audio), CHUNK):
+        engine.accept(KEY, audio[start : start + CHUNK], RATE_HZ)
+        outputs = engine.step()
+        snapshot = engine.snapshot(KEY)
+        seen.append(snapshot is not None)
+        if finals(outputs):
+            assert snapshot is not None
+    position_ms = [
+        min(start + CHUNK, len(audio)) * 1000 // RATE_HZ for start in range(0, len(audio), CHUNK)
+    ]
+    # Quiet start: a snapshot; from the speech onset until its final: none.
+    onset_ms = 10 * FRAME_MS
+    for at_ms, has in zip(position_ms, seen, strict=True):
+        if at_ms <= onset_ms:
+            assert has
+        elif at_ms < 50 * FRAME_MS + 800:
+            assert not has
+    assert seen[-1]
+
+
+def snapshot_round_trip(snapshot: SessionSnapshot) -> SessionSnapshot:
+    restored = SessionSnapshot.from_dict(json.loads(json.dumps(snapshot.to_dict())))
+    assert restored == snapshot
+    return restored
+
+
+@settings(deadline=None, max_examples=60)
+@given(
+    runs=st.lists(st.integers(1, 60), min_size=3, max_size=12),
+    chunk=st.integers(200, 5000),
+    cut=st.floats(0.0, 1.0),
+    telephone=st.booleans(),
+)
+def test_a_session_restored_from_a_snapshot_continues_exactly(
+    runs: list[int], chunk: int, cut: float, telephone: bool
+) -> None:
+    rate = 8000 if telephone else RATE_HZ
+    audio = signal(*runs, rate_hz=rate)
+    chunks = [audio[i : i + chunk] for i in range(0, len(audio), chunk)]
+    last = len(chunks) - 1
+    uninterrupted, _ = make_engine()
+    outputs_after: list[list[EngineOutput]] = []
+    snapshots: list[tuple[int, SessionSnapshot]] = []
+    for i, samples in enumerate(chunks):
+        uninterrupted.accept(
+            KEY, samples, rate, capture_ms=1000 * i, position=i, end_of_stream=i == last
+        )
+        outputs_after.append(uninterrupted.step())
+        snapshot = uninterrupted.snapshot(KEY)
+        if snapshot is not None and i < last:
+            snapshots.append((i, snapshot))
+    outputs_after.append(uninterrupted.step())
+    if not snapshots:
+        return
+    at, snapshot = snapshots[int(cut * (len(snapshots) - 1))]
+    assert snapshot.last_position == at
+    restored, _ = make_engine()
+    restored.restore(KEY, snapshot_round_trip(snapshot), finals_through=snapshot.next_index - 1)
+    resumed: list[EngineOutput] = []
+    for i in range(at + 1, len(chunks)):
+        restored.accept(
+            KEY, chunks[i], rate, capture_ms=1000 * i, position=i, end_of_stream=i == last
+        )
+        resumed.extend(restored.step())
+    resumed.extend(restored.step())
+    assert resumed == [o for outs in outputs_after[at + 1 :] for o in outs]
+
+
+def test_expect_skips_what_was_finalized_before_a_replay() -> None:
+    audio = signal(10, 40, 30, 40, 30, 40, 30)
+    original, _ = make_engine()
+    outputs = run(original, audio)
+    assert len(finals(outputs)) == 3
+    replay, fake = make_engine()
+    replay.expect(KEY, 1)
+    replayed = run(replay, audio)
+    assert finals(replayed) == finals(outputs)[2:]
+    assert partials(replayed) == [p for p in partials(outputs) if p.utterance_index == 2]
+    # No decoding work is spent on what was already final.
+    assert len(final_requests(fake)) == 1
+
+
+def test_finals_emitted_after_the_snapshot_are_not_emitted_again() -> None:
+    """A crash after utterance 1 was final, with the newest snapshot from before it: the
+    restored session replays utterance 1 to rebuild its state but emits only what follows."""
+    runs = (10, 40, 30, 40, 30, 40, 30)
+    audio = signal(*runs)
+    chunks = [audio[i : i + CHUNK] for i in range(0, len(audio), CHUNK)]
+    original, _ = make_engine()
+    outputs = run(original, audio)
+    probe, _ = make_engine()
+    at, snapshot = -1, None
+    for i, chunk in enumerate(chunks):
+        probe.accept(KEY, chunk, RATE_HZ)
+        probe.step()
+        snapshot = probe.snapshot(KEY)
+        if snapshot is not None and snapshot.next_index == 1:
+            at = i
+            break
+    assert snapshot is not None
+    restored, fake = make_engine()
+    restored.restore(KEY, snapshot, finals_through=1)
+    replayed: list[EngineOutput] = []
+    for i in range(at + 1, len(chunks)):
+        restored.accept(KEY, chunks[i], RATE_HZ, end_of_stream=i == len(chunks) - 1)
+        replayed.extend(restored.step())
+    replayed.extend(restored.step())
+    assert finals(replayed) == finals(outputs)[2:]
+    assert partials(replayed) == [p for p in partials(outputs) if p.utterance_index == 2]
+    assert len(final_requests(fake)) == 1
+
+
+@pytest.mark.parametrize("path", ["expect", "restore"])
+def test_session_ended_counts_the_utterances_finalized_before_a_failover(path: str) -> None:
+    """``session_ended`` describes the whole stream, also when its owner changed mid-call."""
+    audio = signal(10, 40, 30, 40, 30, 40, 30)
+    original, _ = make_engine()
+    outputs = run(original, audio)
+    replay, _ = make_engine()
+    if path == "expect":
+        replay.expect(KEY, 1)
+        replayed = run(replay, audio)
+    else:
+        # The newest snapshot is from before the first utterance (taken in the leading quiet).
+        probe, _ = make_engine()
+        probe.accept(KEY, audio[: 5 * FRAME], RATE_HZ)
+        probe.step()
+        snapshot = probe.snapshot(KEY)
+        assert snapshot is not None
+        replay.restore(KEY, snapshot, finals_through=1)
+        replayed = run(replay, audio[5 * FRAME :])
+    assert finals(replayed) == finals(outputs)[2:]
+    assert replayed[-1] == outputs[-1]
+
+
+def test_drop_forgets_a_session_and_its_expectation() -> None:
+    engine, _ = make_engine()
+    engine.accept(KEY, signal(10, 40), RATE_HZ)
+    engine.step()
+    engine.drop(KEY)
+    assert KEY not in engine.sessions
+    assert engine.step() == []
+    engine.expect(KEY, 5)
+    engine.drop(KEY)
+    assert [f.utterance_index for f in finals(run(engine, signal(10, 40, 30)))] == [0]

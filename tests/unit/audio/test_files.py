@@ -1,0 +1,68 @@
+"""Reading call audio files into labelled channels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from pipeline.audio.files import STEREO_LABELS, read_call_audio
+from pipeline.errors import ConfigError
+
+
+def write(path: Path, data: np.ndarray, rate_hz: int) -> Path:
+    soundfile.write(str(path), data, rate_hz, subtype="PCM_16")
+    return path
+
+
+def ramp(samples: int, scale: float) -> np.ndarray:
+    return (scale * np.linspace(-0.5, 0.5, samples, endpoint=False)).astype(np.float32)
+
+
+def test_a_mono_file_is_one_mono_channel(tmp_path: Path) -> None:
+    path = write(tmp_path / "call-42.wav", ramp(8000, 1.0), 8000)
+    audio = read_call_audio(path)
+    assert audio.call_id == "call-42"
+    assert audio.sample_rate_hz == 8000
+    assert list(audio.channels) == ["mono"]
+    samples = audio.channels["mono"]
+    assert samples.dtype == np.float32
+    assert np.allclose(samples, ramp(8000, 1.0), atol=1 / 32768)
+    assert audio.duration_ms == 1000
+
+
+def test_a_stereo_file_is_agent_left_and_customer_right(tmp_path: Path) -> None:
+    left, right = ramp(16000, 1.0), ramp(16000, -0.5)
+    path = write(tmp_path / "call-43.flac", np.stack([left, right], axis=1), 16000)
+    audio = read_call_audio(path, call_id="explicit-id")
+    assert STEREO_LABELS == ("agent", "customer")
+    assert audio.call_id == "explicit-id"
+    assert list(audio.channels) == ["agent", "customer"]
+    assert np.allclose(audio.channels["agent"], left, atol=1 / 32768)
+    assert np.allclose(audio.channels["customer"], right, atol=1 / 32768)
+    assert all(ch.flags.c_contiguous for ch in audio.channels.values())
+    assert audio.duration_ms == 1000
+
+
+def test_more_than_two_channels_is_a_user_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "surround.wav", np.zeros((800, 3), dtype=np.float32), 8000)
+    with pytest.raises(ConfigError, match="3 channels"):
+        read_call_audio(path)
+
+
+@pytest.mark.parametrize("name", ["missing.wav", "garbage.wav"])
+def test_an_unreadable_file_is_a_user_error(tmp_path: Path, name: str) -> None:
+    (tmp_path / "garbage.wav").write_bytes(b"not audio at all")
+    with pytest.raises(ConfigError, match="cannot read audio file"):
+        read_call_audio(tmp_path / name)
+
+
+def test_the_fixture_calls_are_stereo() -> None:
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures"
+    audio = read_call_audio(fixtures / "calls" / "call04_appointment_8k.flac")
+    assert audio.call_id == "call04_appointment_8k"
+    assert audio.sample_rate_hz == 8000
+    assert list(audio.channels) == ["agent", "customer"]
+    assert audio.duration_ms == 24100

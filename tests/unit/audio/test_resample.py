@@ -1,0 +1,96 @@
+"""Streaming 8 → 16 kHz resampling: chunking-invariant, state that checkpoints, a clean band."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline.audio.resample import TARGET_SAMPLE_RATE_HZ, Upsampler2x, UpsamplerState, to_16k
+
+Audio = npt.NDArray[np.float32]
+
+DELAY_SAMPLES = 16  # output samples (1 ms)
+
+
+def sine(frequency_hz: float, samples: int, rate_hz: int, amplitude: float = 0.5) -> Audio:
+    t = np.arange(samples) / rate_hz
+    return (amplitude * np.sin(2 * np.pi * frequency_hz * t)).astype(np.float32)
+
+
+def noise(samples: int, seed: int = 0) -> Audio:
+    return (0.2 * np.random.default_rng(seed).standard_normal(samples)).astype(np.float32)
+
+
+def level_db(audio: Audio, frequency_hz: float, rate_hz: int) -> float:
+    window = np.hanning(len(audio))
+    spectrum = np.abs(np.fft.rfft(audio * window))
+    bin_index = round(frequency_hz * len(audio) / rate_hz)
+    return float(20 * np.log10(spectrum[bin_index - 2 : bin_index + 3].max() + 1e-12))
+
+
+@settings(deadline=None, max_examples=100)
+@given(cuts=st.lists(st.integers(0, 3000), max_size=12))
+def test_any_chunking_gives_the_one_shot_result_bit_for_bit(cuts: list[int]) -> None:
+    signal = noise(3000, seed=len(cuts))
+    whole = Upsampler2x().process(signal)
+    upsampler = Upsampler2x()
+    edges = [0, *sorted(cuts), len(signal)]
+    pieces = [upsampler.process(signal[a:b]) for a, b in itertools.pairwise(edges)]
+    assert np.concatenate(pieces).tobytes() == whole.tobytes()
+
+
+def test_output_is_float32_and_twice_as_long() -> None:
+    out = Upsampler2x().process(noise(123).astype(np.float32))
+    assert out.dtype == np.float32
+    assert len(out) == 246
+    empty = Upsampler2x().process(np.zeros(0, dtype=np.float32))
+    assert empty.dtype == np.float32
+    assert len(empty) == 0
+
+
+def test_a_440_hz_sine_comes_out_delayed_by_16_samples() -> None:
+    narrow = sine(440.0, 8000, 8000)
+    wide = Upsampler2x().process(narrow)
+    k = np.arange(len(wide))
+    ideal = 0.5 * np.sin(2 * np.pi * 440.0 * (k - DELAY_SAMPLES) / TARGET_SAMPLE_RATE_HZ)
+    # After the filter has filled (2 * 16 output samples), the error is float32 rounding.
+    assert np.abs(wide[2 * DELAY_SAMPLES :] - ideal[2 * DELAY_SAMPLES :]).max() < 1e-4
+    # Every other output sample is an input sample, 16 outputs later.
+    assert np.allclose(
+        wide[DELAY_SAMPLES::2][: len(narrow) - 8], narrow[: len(narrow) - 8], atol=1e-5
+    )
+
+
+@pytest.mark.parametrize("frequency_hz", [300.0, 1000.0, 2000.0])
+def test_the_image_above_4_khz_is_suppressed(frequency_hz: float) -> None:
+    wide = Upsampler2x().process(sine(frequency_hz, 8192, 8000))[64 : 64 + 8192]
+    kept = level_db(wide, frequency_hz, TARGET_SAMPLE_RATE_HZ)
+    image = level_db(wide, 8000.0 - frequency_hz, TARGET_SAMPLE_RATE_HZ)
+    assert abs(kept - level_db(sine(frequency_hz, 8192, 16000), frequency_hz, 16000)) < 0.1
+    assert kept - image > 60.0
+
+
+def test_a_snapshot_restores_the_stream_bit_for_bit() -> None:
+    signal = noise(2000, seed=4)
+    whole = Upsampler2x().process(signal)
+    first = Upsampler2x()
+    head = first.process(signal[:777])
+    state = first.snapshot()
+    assert isinstance(state, UpsamplerState)
+    assert len(state.history) == 15
+    resumed = Upsampler2x(UpsamplerState(tuple(state.history))).process(signal[777:])
+    assert np.concatenate([head, resumed]).tobytes() == whole.tobytes()
+
+
+def test_to_16k_passes_16_khz_through_and_upsamples_8_khz() -> None:
+    wide = noise(500, seed=1)
+    assert to_16k(wide, 16000) is wide
+    narrow = noise(500, seed=2)
+    assert to_16k(narrow, 8000).tobytes() == Upsampler2x().process(narrow).tobytes()
+    with pytest.raises(ValueError, match="44100"):
+        to_16k(narrow, 44100)
