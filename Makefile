@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := redis-server redis-tools espeak-ng sox flite festival festvox-us-slt-hts \
-	festvox-kallpc16k maven openjdk-17-jre-headless prometheus
+	festvox-kallpc16k maven openjdk-17-jre-headless prometheus chromium chromium-driver
 PYTEST_ARGS ?=
 
 export STREAMSCRIBE_CACHE ?= $(HOME)/.cache/streamscribe

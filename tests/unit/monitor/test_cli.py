@@ -1,0 +1,86 @@
+"""`streamscribe monitor`: flags, settings, validation and the reader's consumer settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.cli import build_parser, main
+from pipeline.cli.monitor import _monitor_settings
+from pipeline.errors import ConfigError
+from pipeline.monitor.kafka import reader_config
+from pipeline.monitor.server import validate_monitor_settings
+from pipeline.settings import MonitorSettings, Settings, load_settings
+
+
+def test_flags_override_the_monitor_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_MONITOR_MAX_CALLS", "50")
+    monkeypatch.delenv("STREAMSCRIBE_CONFIG", raising=False)
+    args = build_parser().parse_args(
+        [
+            "--topic-prefix",
+            "staging.",
+            "monitor",
+            "--port",
+            "7001",
+            "--worker-metrics",
+            "http://w1:9400/metrics,http://w2:9400/metrics",
+        ]
+    )
+    settings = _monitor_settings(args)
+    assert settings.kafka.topic_prefix == "staging."
+    assert (settings.monitor.port, settings.monitor.max_calls) == (7001, 50)
+    assert settings.monitor.worker_metrics_urls == "http://w1:9400/metrics,http://w2:9400/metrics"
+    assert settings.monitor.bind == "0.0.0.0"
+
+
+def test_monitor_settings_come_from_the_environment() -> None:
+    settings = load_settings(
+        env={
+            "STREAMSCRIBE_MONITOR_PORT": "7100",
+            "STREAMSCRIBE_MONITOR_MAX_AGE_MS": "3600000",
+            "STREAMSCRIBE_MONITOR_WORKER_METRICS_URLS": "http://w1:9400/metrics",
+        }
+    )
+    assert settings.monitor == MonitorSettings(
+        port=7100, max_age_ms=3_600_000, worker_metrics_urls="http://w1:9400/metrics"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"port": 0}, "STREAMSCRIBE_MONITOR_PORT"),
+        ({"max_calls": 0}, "STREAMSCRIBE_MONITOR_MAX_CALLS"),
+        ({"max_age_ms": 0}, "STREAMSCRIBE_MONITOR_MAX_AGE_MS"),
+        ({"metrics_interval_ms": 10}, "STREAMSCRIBE_MONITOR_METRICS_INTERVAL_MS"),
+        ({"metrics_window_ms": 1000}, "STREAMSCRIBE_MONITOR_METRICS_WINDOW_MS"),
+        ({"worker_metrics_urls": "w1:9400/metrics"}, "STREAMSCRIBE_MONITOR_WORKER_METRICS_URLS"),
+    ],
+)
+def test_unusable_settings_are_config_errors_naming_the_variable(
+    change: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        validate_monitor_settings(MonitorSettings(**change))  # type: ignore[arg-type]
+
+
+def test_a_bad_flag_value_exits_2_with_one_line_before_touching_kafka(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STREAMSCRIBE_CONFIG", raising=False)
+    assert main(["monitor", "--port", "70000"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("streamscribe: error: monitor.port")
+    assert error.count("\n") == 1
+
+
+def test_the_readers_join_no_group_and_commit_nothing() -> None:
+    live = reader_config(Settings(), read_committed=False)
+    committed = reader_config(Settings(), read_committed=True)
+    for config in (live, committed):
+        assert config["enable.auto.commit"] is False
+        assert config["enable.auto.offset.store"] is False
+        assert str(config["group.id"]).startswith("streamscribe-monitor-")
+    assert live["isolation.level"] == "read_uncommitted"
+    assert committed["isolation.level"] == "read_committed"
+    assert live["group.id"] != committed["group.id"]
