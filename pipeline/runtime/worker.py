@@ -710,8 +710,11 @@ class AsrWorker:
         session.finals_through = checkpoint.finals_through
         session.checkpointed_finals_through = checkpoint.finals_through
         self._session_partition[key] = progress.partition
-        if checkpoint.snapshot is not None and checkpoint.admission is not None:
-            self._engine.restore(key, checkpoint.snapshot, checkpoint.finals_through)
+        if (
+            checkpoint.snapshot is not None
+            and checkpoint.admission is not None
+            and self._engine.restore(key, checkpoint.snapshot, checkpoint.finals_through)
+        ):
             self._admission.restore(key, _clone(checkpoint.admission))
             session.snapshot = checkpoint.snapshot
             session.snapshot_admission = checkpoint.admission
