@@ -1,0 +1,461 @@
+"""N concurrent real-time channels through one StreamingEngine: latency, CPU and memory.
+
+    .venv/bin/python -m bench.engine_concurrency [--quick] [--channels 1 4 16]
+
+One process, one engine (``build_engine``, the worker's defaults, CPU), no Kafka. A feeder loop
+delivers every channel's audio in 20 ms chunks on wall-clock time, the way a live call
+arrives: chunk ``k`` of a channel is handed to ``engine.accept`` once its last sample has been
+"captured" (at ``start + (k + 1) × 20 ms``), stamped with the wall time of its first sample,
+and ``engine.step`` runs after every delivery round, as the worker's loop does (at most
+``max_step_jobs`` decodes per step). While a step runs, chunks queue up exactly as records
+would queue in Kafka, so the latencies include that wait. Channels are the fixture call
+channels (cycled for large N), each starting at a random offset within the first 2 s.
+
+- chunk→partial: ``partial.emit_ms − partial.capture_ms`` = emit time − capture time of the
+  newest audio the partial covers (≤ 20 ms more than from that chunk's arrival).
+- endpoint→final: ``final.latency_ms`` = emit time − capture time of the audio that decided
+  the endpoint (800 ms of trailing silence).
+- CPU: this process's CPU seconds per wall second (``psutil``) and the machine's CPU use.
+- memory: RSS growth over the warmed-up baseline divided by open sessions, and the engine's
+  own audio buffers (``Session.buffer`` bytes). RSS is sampled every second after a garbage
+  collection and ``malloc_trim``; what is still there once every session has closed is working
+  memory (the recognizer's batches, allocator pools), not session state. The overhead of a
+  session = (growth − that retained part − buffered audio) / sessions. A separate run opens
+  many quiet sessions at once to measure it without decoding noise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from bench.common import (
+    SHARED_MACHINE_NOTE,
+    CpuMeter,
+    Target,
+    bench_parser,
+    call_clips,
+    fmt,
+    markdown_table,
+    new_figure,
+    percentiles,
+    plain_log_axis,
+    release_memory,
+    rss_bytes,
+    write_results,
+)
+from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.factory import engine_config
+from pipeline.asr.recognizer import RecognitionRequest
+from pipeline.asr.session import SessionKey
+from pipeline.asr.vad import SileroVad
+from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.contracts.messages import Final, Partial
+from pipeline.settings import AsrSettings, WorkerSettings
+
+NAME = "engine_concurrency"
+CHUNK_MS = 20
+START_SPREAD_S = 2.0
+QUICK_CHANNELS = (1, 4, 16)
+FULL_CHANNELS = (1, 4, 8, 16, 32)
+TARGET_CHANNELS = 16
+TARGET_PARTIAL_P95_S = 1.0
+TARGET_FINAL_P95_S = 0.5
+TARGET_SESSION_OVERHEAD_MB = 2.0
+MEMORY_SAMPLE_EVERY_S = 1.0
+
+
+@dataclass
+class _Stream:
+    key: SessionKey
+    samples: npt.NDArray[np.float32]
+    sample_rate_hz: int
+    start_s: float  # monotonic time its first sample is captured
+    next_chunk: int = 0
+
+    @property
+    def chunk_samples(self) -> int:
+        return self.sample_rate_hz * CHUNK_MS // 1000
+
+    @property
+    def chunks(self) -> int:
+        return -(-len(self.samples) // self.chunk_samples)
+
+    def due_s(self, chunk: int) -> float:
+        return self.start_s + (chunk + 1) * CHUNK_MS / 1000
+
+
+def _engine_buffer_bytes(engine: StreamingEngine) -> int:
+    return sum(session.buffer.nbytes for session in engine.sessions.values())
+
+
+def _warm_up(recognizer: WhisperRecognizer, max_batch: int) -> None:
+    """Bring the recognizer's working memory near its high-water mark before the RSS baseline:
+    full batches of 10 s windows of speech (8 s of call audio each), partials and finals."""
+    clips = call_clips(include_8k=False)
+    windows = [clips[i % len(clips)].samples[16_000 : 16_000 * 9] for i in range(max_batch)]
+    recognizer.recognize([RecognitionRequest(audio) for audio in windows])
+    recognizer.recognize([RecognitionRequest(audio, with_word_timings=True) for audio in windows])
+
+
+def run_level(
+    engine: StreamingEngine,
+    channels: int,
+    duration_s: float,
+    seed: int,
+    max_step_jobs: int,
+) -> dict[str, Any]:
+    clips = call_clips()
+    rng = np.random.default_rng(seed)
+    epoch_offset_s = time.time() - time.monotonic()
+    t0 = time.monotonic() + 0.2
+    streams = []
+    for i in range(channels):
+        clip = clips[i % len(clips)]
+        samples = clip.samples[: int(duration_s * clip.sample_rate_hz)]
+        streams.append(
+            _Stream(
+                SessionKey(f"c{channels}-{i}-{clip.clip_id.split(':')[0]}", clip.clip_id[-8:]),
+                samples,
+                clip.sample_rate_hz,
+                t0 + float(rng.uniform(0, START_SPREAD_S)),
+            )
+        )
+    release_memory()
+    baseline_rss = rss_bytes()
+    partial_latency_ms: list[float] = []
+    final_latency_ms: list[float] = []
+    lateness_ms: list[float] = []
+    step_s: list[float] = []
+    memory_samples: list[dict[str, float]] = []
+    decode_steps = 0
+    partials = finals = 0
+    cpu = CpuMeter()
+    next_memory_s = t0
+    while True:
+        now = time.monotonic()
+        for stream in streams:
+            while stream.next_chunk < stream.chunks and stream.due_s(stream.next_chunk) <= now:
+                k = stream.next_chunk
+                size = stream.chunk_samples
+                capture_ms = round((stream.start_s + k * CHUNK_MS / 1000 + epoch_offset_s) * 1000)
+                engine.accept(
+                    stream.key,
+                    stream.samples[k * size : (k + 1) * size],
+                    stream.sample_rate_hz,
+                    capture_ms=capture_ms,
+                    end_of_stream=k == stream.chunks - 1,
+                )
+                lateness_ms.append(1000 * (now - stream.due_s(k)))
+                stream.next_chunk += 1
+        started = time.perf_counter()
+        outputs = engine.step(max_jobs=max_step_jobs)
+        elapsed = time.perf_counter() - started
+        decoded = False
+        for output in outputs:
+            if isinstance(output, Partial) and output.capture_ms is not None:
+                partial_latency_ms.append(output.emit_ms - output.capture_ms)
+                partials += 1
+                decoded = True
+            elif isinstance(output, Final):
+                if output.latency_ms is not None:
+                    final_latency_ms.append(output.latency_ms)
+                finals += 1
+                decoded = True
+        if decoded:
+            decode_steps += 1
+            step_s.append(elapsed)
+        now = time.monotonic()
+        if now >= next_memory_s and engine.sessions:
+            release_memory()
+            memory_samples.append(
+                {
+                    "sessions": len(engine.sessions),
+                    "rss_growth_bytes": rss_bytes() - baseline_rss,
+                    "buffer_bytes": _engine_buffer_bytes(engine),
+                }
+            )
+            next_memory_s = now + MEMORY_SAMPLE_EVERY_S
+        pending = [s.due_s(s.next_chunk) for s in streams if s.next_chunk < s.chunks]
+        if not pending and not engine.sessions:
+            break
+        if pending and not decoded:
+            time.sleep(max(0.0, min(pending) - time.monotonic()))
+    usage = cpu.read()
+    # What stays after every session closed is working memory (recognizer batches, allocator
+    # pools), not session state; a session's share is the rest minus its buffered audio.
+    release_memory()
+    retained = rss_bytes() - baseline_rss
+    audio_s = sum(len(s.samples) / s.sample_rate_hz for s in streams)
+    full = [m for m in memory_samples if m["sessions"] == channels]
+    overhead = [(m["rss_growth_bytes"] - retained - m["buffer_bytes"]) / channels for m in full]
+    return {
+        "channels": channels,
+        "audio_s_per_channel": duration_s,
+        "audio_s_total": audio_s,
+        "partials": partials,
+        "finals": finals,
+        "chunk_to_partial_ms": percentiles(partial_latency_ms),
+        "endpoint_to_final_ms": percentiles(final_latency_ms),
+        "feeder_lateness_ms": percentiles(lateness_ms),
+        "decode_steps": decode_steps,
+        "step_s": percentiles(step_s),
+        "busy_fraction": sum(step_s) / usage["wall_s"],
+        "cpu": usage,
+        "cpu_s_per_audio_s": usage["process_cpu_s"] / audio_s,
+        "memory": {
+            "baseline_rss_bytes": baseline_rss,
+            "retained_after_close_bytes": retained,
+            "samples": len(memory_samples),
+            "rss_growth_per_session_bytes": percentiles(
+                m["rss_growth_bytes"] / channels for m in full
+            ),
+            "buffer_per_session_bytes": percentiles(m["buffer_bytes"] / channels for m in full),
+            "overhead_per_session_bytes": percentiles(overhead),
+        },
+    }
+
+
+def quiet_sessions(engine: StreamingEngine, sessions: int, audio_s: float) -> dict[str, Any]:
+    """Open ``sessions`` sessions of near-silence (no decoding) and measure RSS per session."""
+    release_memory()
+    baseline = rss_bytes()
+    rng = np.random.default_rng(2)
+    chunk = 16_000 * CHUNK_MS // 1000
+    for step in range(int(audio_s * 1000 / CHUNK_MS)):
+        for i in range(sessions):
+            noise = (1e-4 * rng.standard_normal(chunk)).astype(np.float32)
+            engine.accept(SessionKey(f"quiet-{i}", "mono"), noise, 16_000, capture_ms=step)
+        if step % 5 == 4:
+            engine.step()
+    engine.step()
+    release_memory()
+    growth = rss_bytes() - baseline
+    buffers = _engine_buffer_bytes(engine)
+    for i in range(sessions):
+        engine.close(SessionKey(f"quiet-{i}", "mono"))
+    while engine.sessions:
+        engine.step()
+    return {
+        "sessions": sessions,
+        "audio_s_each": audio_s,
+        "rss_growth_per_session_bytes": growth / sessions,
+        "buffer_per_session_bytes": buffers / sessions,
+        "overhead_per_session_bytes": (growth - buffers) / sessions,
+    }
+
+
+def measure(levels: Sequence[int], duration_s: float, threads: int, quiet: int) -> dict[str, Any]:
+    settings = AsrSettings(device="cpu", threads=threads)
+    # What build_engine does, keeping a handle on the recognizer for the warm-up.
+    vad = SileroVad(device="cpu")
+    torch.set_num_threads(threads)
+    recognizer = WhisperRecognizer(
+        WhisperSettings(
+            device="cpu", margin_ms=settings.margin_ms, min_window_ms=settings.min_window_ms
+        )
+    )
+    engine = StreamingEngine(recognizer, vad, engine_config(settings))
+    worker = WorkerSettings()
+    _warm_up(recognizer, settings.max_batch)
+    results: dict[str, Any] = {"levels": {}}
+    for seed, channels in enumerate(levels):
+        results["levels"][str(channels)] = run_level(
+            engine, channels, duration_s, seed, worker.max_step_jobs
+        )
+        print(f"{channels} channels: {_summary(results['levels'][str(channels)])}", flush=True)
+    results["quiet_sessions"] = quiet_sessions(engine, quiet, 2.0)
+    return results
+
+
+def _summary(level: dict[str, Any]) -> str:
+    return (
+        f"partial p95 {fmt(level['chunk_to_partial_ms']['p95'], 0)} ms, "
+        f"final p95 {fmt(level['endpoint_to_final_ms']['p95'], 0)} ms, "
+        f"cpu {fmt(level['cpu']['process_cores'], 2)} cores"
+    )
+
+
+def _mb(value: float | None) -> str:
+    return fmt(None if value is None else value / 2**20, 2)
+
+
+def markdown(results: dict[str, Any], threads: int) -> str:
+    rows = []
+    for level in results["levels"].values():
+        p, f, mem = level["chunk_to_partial_ms"], level["endpoint_to_final_ms"], level["memory"]
+        rows.append(
+            [
+                level["channels"],
+                f"{fmt(p['p50'], 0)} / {fmt(p['p95'], 0)} / {fmt(p['p99'], 0)}",
+                f"{fmt(f['p50'], 0)} / {fmt(f['p95'], 0)} / {fmt(f['p99'], 0)}",
+                f"{level['partials']} / {level['finals']}",
+                fmt(level["cpu"]["process_cores"], 2),
+                fmt(level["cpu"]["machine_cpu_percent"], 0),
+                fmt(level["busy_fraction"], 2),
+                _mb(mem["rss_growth_per_session_bytes"]["p50"]),
+                _mb(mem["retained_after_close_bytes"]),
+                _mb(mem["overhead_per_session_bytes"]["p50"]),
+                _mb(mem["buffer_per_session_bytes"]["p50"]),
+            ]
+        )
+    quiet = results["quiet_sessions"]
+    return "\n\n".join(
+        [
+            "## Concurrent real-time channels through one engine (no Kafka)",
+            f"Whisper tiny.en + silero VAD on CPU, {threads} torch thread(s); latencies in ms "
+            "as P50 / P95 / P99; memory in MiB (per session: median of 1 s samples while all "
+            "sessions are open; overhead = RSS growth − what stays after close − audio).",
+            markdown_table(
+                [
+                    "channels",
+                    "chunk→partial ms",
+                    "endpoint→final ms",
+                    "partials / finals",
+                    "CPU cores (process)",
+                    "machine CPU %",
+                    "engine busy",
+                    "RSS growth / session",
+                    "retained after close (total)",
+                    "overhead / session",
+                    "buffered audio / session",
+                ],
+                rows,
+            ),
+            f"{quiet['sessions']} quiet sessions open at once ({quiet['audio_s_each']:g} s of "
+            f"near-silence each): RSS growth {_mb(quiet['rss_growth_per_session_bytes'])} MiB "
+            f"per session, of which buffered audio {_mb(quiet['buffer_per_session_bytes'])} "
+            f"MiB; overhead {_mb(quiet['overhead_per_session_bytes'])} MiB per session.",
+        ]
+    )
+
+
+def plot(results: dict[str, Any]) -> tuple[Any, Any]:
+    levels = list(results["levels"].values())
+    channels = [level["channels"] for level in levels]
+    figure, axes = new_figure(8, 4.5)
+    for metric, label, color, target in (
+        ("chunk_to_partial_ms", "chunk→partial", "tab:blue", TARGET_PARTIAL_P95_S),
+        ("endpoint_to_final_ms", "endpoint→final", "tab:orange", TARGET_FINAL_P95_S),
+    ):
+        for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
+            values = [
+                np.nan if level[metric][q] is None else level[metric][q] / 1000 for level in levels
+            ]
+            axes.plot(channels, values, style, marker="o", color=color, label=f"{label} {q}")
+        axes.axhline(target, color=color, alpha=0.3, linewidth=4, label=f"{label} P95 target")
+    axes.set_xscale("log", base=2)
+    plain_log_axis(axes)
+    axes.set_xticks(channels, [str(c) for c in channels])
+    axes.set_xlabel("concurrent real-time channels")
+    axes.set_ylabel("latency, s")
+    axes.set_title("Engine latency vs concurrent channels (one process, CPU)")
+    axes.legend(fontsize=7, ncol=2)
+
+    memory_figure, memory_axes = new_figure(6, 3.5)
+    growth = [level["memory"]["rss_growth_per_session_bytes"]["p50"] for level in levels]
+    buffers = [level["memory"]["buffer_per_session_bytes"]["p50"] for level in levels]
+    memory_axes.plot(
+        channels,
+        [np.nan if g is None else g / 2**20 for g in growth],
+        marker="o",
+        label="RSS growth / session",
+    )
+    memory_axes.plot(
+        channels,
+        [np.nan if b is None else b / 2**20 for b in buffers],
+        marker="o",
+        label="buffered audio / session",
+    )
+    memory_axes.set_xscale("log", base=2)
+    memory_axes.set_xticks(channels, [str(c) for c in channels])
+    memory_axes.set_xlabel("concurrent channels")
+    memory_axes.set_ylabel("MiB per session")
+    memory_axes.set_title("Memory per open session")
+    memory_axes.legend(fontsize=8)
+    return figure, memory_figure
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser(NAME, (__doc__ or "").splitlines()[0])
+    parser.add_argument("--channels", type=int, nargs="+", help="concurrency levels")
+    parser.add_argument("--duration-s", type=float, help="audio per channel (s)")
+    parser.add_argument("--quiet-sessions", type=int, help="sessions of the memory run")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    levels = args.channels or (QUICK_CHANNELS if args.quick else FULL_CHANNELS)
+    duration_s = args.duration_s or (15.0 if args.quick else 30.0)
+    quiet = args.quiet_sessions or (200 if args.quick else 1000)
+    results = measure(levels, duration_s, args.threads, quiet)
+    at_target = results["levels"].get(str(TARGET_CHANNELS))
+    quiet_overhead = results["quiet_sessions"]["overhead_per_session_bytes"] / 2**20
+    loaded_overhead = None
+    if at_target and at_target["memory"]["overhead_per_session_bytes"]["p50"] is not None:
+        loaded_overhead = at_target["memory"]["overhead_per_session_bytes"]["p50"] / 2**20
+    targets = [
+        Target(
+            f"{TARGET_CHANNELS} channels: P95 chunk→partial",
+            None if not at_target else _seconds(at_target["chunk_to_partial_ms"]["p95"]),
+            TARGET_PARTIAL_P95_S,
+            "s",
+        ),
+        Target(
+            f"{TARGET_CHANNELS} channels: P95 endpoint→final",
+            None if not at_target else _seconds(at_target["endpoint_to_final_ms"]["p95"]),
+            TARGET_FINAL_P95_S,
+            "s",
+        ),
+        Target(
+            "memory per open session beyond its audio (quiet sessions)",
+            quiet_overhead,
+            TARGET_SESSION_OVERHEAD_MB,
+            "MiB",
+        ),
+        Target(
+            f"memory per open session beyond its audio ({TARGET_CHANNELS} live channels)",
+            loaded_overhead,
+            TARGET_SESSION_OVERHEAD_MB,
+            "MiB",
+        ),
+    ]
+    latency_figure, memory_figure = plot(results)
+    write_results(
+        NAME,
+        quick=args.quick,
+        config={
+            "channels": list(levels),
+            "audio_s_per_channel": duration_s,
+            "torch_threads": args.threads,
+            "chunk_ms": CHUNK_MS,
+            "start_spread_s": START_SPREAD_S,
+            "max_step_jobs": WorkerSettings().max_step_jobs,
+            "asr": "AsrSettings() defaults (hop 500 ms, max_batch 16, min window 10 s)",
+        },
+        results=results,
+        markdown=markdown(results, args.threads),
+        targets=targets,
+        figures={"": latency_figure, "memory": memory_figure},
+        notes=[
+            SHARED_MACHINE_NOTE,
+            "RSS growth at small N is dominated by allocator noise (a few MiB spread over "
+            "one session); the quiet-session run is the precise per-session figure.",
+        ],
+        started_s=started,
+        out=args.out,
+    )
+    print(markdown(results, args.threads))
+    return 0
+
+
+def _seconds(value_ms: float | None) -> float | None:
+    return None if value_ms is None else value_ms / 1000
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

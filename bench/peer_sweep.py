@@ -1,0 +1,761 @@
+"""Streamscribe against the per-stream pattern, N real-time channels at once.
+
+    .venv/bin/python -m bench.peer [--quick] [--channels 1 2 4 …] [--systems streamscribe peer]
+
+Both systems get the same live load, with the latency definitions of
+``bench/engine_concurrency.py``:
+
+- **streamscribe** runs under that module's own harness, ``engine_concurrency.run_level``: the
+  fixture call channels (channel ``i`` plays call channel ``i mod 12``, 8 and 16 kHz), each
+  starting at a seeded random offset within 2 s, delivered in 20 ms chunks on wall-clock time
+  (chunk ``k`` handed over at ``start + (k + 1) × 20 ms``, stamped with the capture time of its
+  first sample), ``engine.step(max_jobs=max_step_jobs)`` after every delivery round, as the
+  worker's loop. The engine is ``StreamingEngine`` with the default ``AsrSettings`` (CPU, hop
+  500 ms, batches ≤ 16, windows ≥ 10 s) and the benchmarks' torch thread count (``--threads``,
+  default 1, see bench/common.py); it only keeps its finals' text for WER (:class:`_Recording`).
+- **peer** (bench/peer.py) has one thread per channel, so its chunks come from a feeder thread
+  (:func:`run_peer_level`) that builds the same channels with the same seed and hands over the
+  same chunks at the same times with the same stamps.
+
+Latencies: **chunk → partial** = a partial's emit time − the capture time of the newest audio it
+covers; **endpoint → final** = a final's emit time − the capture time of the audio that decided its
+endpoint (800 ms of silence, or the end of the stream). WER (``pipeline.evaluation``): each
+channel's finals joined against its reference (``refs.tsv``; channels play their whole call),
+summed over the channels of a run.
+
+The sweep runs N = 1, 2, 4, 8, 16, 32 (quick: 1, 4, 8, 16), the two systems one after the other
+at each N, and stops a system once its P95 chunk → partial passes 5 s (or it cannot finish the
+channels within 2 minutes of their end). A system **sustains** N channels when its P95
+chunk → partial is ≤ 1.5 s and every channel finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from bench import engine_concurrency
+from bench.common import (
+    DEFAULT_TORCH_THREADS,
+    SHARED_MACHINE_NOTE,
+    CpuMeter,
+    FixtureClip,
+    Target,
+    bench_parser,
+    call_clips,
+    fmt,
+    markdown_table,
+    percentiles,
+    write_results,
+)
+from bench.peer import (
+    FinalObservation,
+    PartialObservation,
+    PeerDecoder,
+    PeerSettings,
+    PeerSystem,
+)
+from pipeline.asr.engine import EngineOutput, StreamingEngine
+from pipeline.asr.factory import engine_config
+from pipeline.asr.session import SessionKey
+from pipeline.asr.vad import SileroVad
+from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.contracts.messages import Final
+from pipeline.evaluation import WordErrors, word_errors
+from pipeline.settings import AsrSettings, WorkerSettings
+
+NAME = "peer_sweep"
+CHUNK_MS = engine_concurrency.CHUNK_MS
+START_SPREAD_S = engine_concurrency.START_SPREAD_S
+FULL_CHANNELS = (1, 2, 4, 8, 16, 32)
+QUICK_CHANNELS = (1, 4, 8, 16)
+CHANNEL_AUDIO_S = 31.0  # longer than every fixture call: each channel plays its whole call
+SUSTAIN_P95_S = 1.5
+SATURATED_P95_S = 5.0
+DRAIN_TIMEOUT_S = 120.0
+TARGET_RATIO = 3.0
+TARGET_WER_POINTS = 0.5
+
+Output = PartialObservation | FinalObservation
+
+
+def wall_ms() -> int:
+    """Epoch milliseconds: the clock both systems and both harnesses stamp with."""
+    return time.time_ns() // 1_000_000
+
+
+# -- streamscribe ---------------------------------------------------------------------------------
+
+
+class _Recording(StreamingEngine):
+    """The engine, unchanged, keeping the finals it emits (the harness keeps only counts)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.finals: list[Final] = []
+
+    def step(self, max_jobs: int | None = None, *, partials: bool = True) -> list[EngineOutput]:
+        outputs = super().step(max_jobs, partials=partials)
+        self.finals.extend(output for output in outputs if isinstance(output, Final))
+        return outputs
+
+
+class Streamscribe:
+    """Our engine as ``build_engine`` makes it (CPU, default ``AsrSettings``), run by
+    ``engine_concurrency.run_level``."""
+
+    name = "streamscribe"
+
+    def __init__(self, threads: int) -> None:
+        self._settings = AsrSettings(device="cpu", threads=threads)
+        self._threads = threads
+        vad = SileroVad(device="cpu")
+        torch.set_num_threads(threads)  # after silero's load, as build_engine does
+        recognizer = WhisperRecognizer(
+            WhisperSettings(
+                device="cpu",
+                margin_ms=self._settings.margin_ms,
+                min_window_ms=self._settings.min_window_ms,
+            )
+        )
+        self._model_id = recognizer.model_id
+        self.engine = _Recording(recognizer, vad, engine_config(self._settings))
+        self._max_step_jobs = WorkerSettings().max_step_jobs
+
+    def describe(self) -> dict[str, Any]:
+        config = self.engine.config
+        return {
+            "engine": "StreamingEngine, AsrSettings defaults, CPU (as build_engine)",
+            "model": f"{self._model_id} (torch float32)",
+            "torch_threads": self._threads,
+            "hop_ms": config.hop_ms,
+            "min_decode_ms": config.min_decode_ms,
+            "max_batch": config.max_batch,
+            "min_window_ms": self._settings.min_window_ms,
+            "margin_ms": self._settings.margin_ms,
+            "endpoint_silence_ms": self._settings.endpoint_silence_ms,
+            "max_step_jobs": self._max_step_jobs,
+            "harness": "engine_concurrency.run_level (one loop: deliver due chunks, step)",
+        }
+
+    def warm_up(self, clip: FixtureClip) -> None:
+        """Decode a few seconds of ``clip`` as a stream (first calls allocate, pick kernels)."""
+        torch.set_num_threads(self._threads)
+        self.engine.accept(
+            SessionKey("warm-up", "mono"),
+            clip.samples[: 4 * clip.sample_rate_hz],
+            clip.sample_rate_hz,
+            end_of_stream=True,
+        )
+        while self.engine.sessions:
+            self.engine.step()
+
+    def run_level(self, channels: int, seed: int) -> dict[str, Any]:
+        torch.set_num_threads(self._threads)
+        self.engine.finals.clear()
+        level = engine_concurrency.run_level(
+            self.engine, channels, CHANNEL_AUDIO_S, seed, self._max_step_jobs
+        )
+        texts: dict[str, list[tuple[int, str]]] = {}
+        for final in self.engine.finals:
+            texts.setdefault(final.call_id, []).append((final.utterance_index, final.text))
+        return {
+            "channels": channels,
+            "chunk_to_partial_s": _ms_to_s(level["chunk_to_partial_ms"]),
+            "endpoint_to_final_s": _ms_to_s(level["endpoint_to_final_ms"]),
+            "partials": level["partials"],
+            "finals": level["finals"],
+            "drained": True,  # run_level returns once every session has ended
+            "cpu": level["cpu"],
+            "feeder_lateness_ms": level["feeder_lateness_ms"],
+            "texts": _joined(texts),
+        }
+
+
+def _ms_to_s(stats: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v / 1000 if k != "n" and v is not None else v) for k, v in stats.items()}
+
+
+def _joined(texts: dict[str, list[tuple[int, str]]]) -> dict[str, str]:
+    return {key: " ".join(t for _, t in sorted(items)) for key, items in texts.items()}
+
+
+# -- the peer -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedChannel:
+    """One channel as ``engine_concurrency.run_level`` plans it."""
+
+    stream_id: str
+    samples: npt.NDArray[np.float32]
+    sample_rate_hz: int
+    start_s: float  # monotonic time its first sample is captured
+
+    @property
+    def chunk_samples(self) -> int:
+        return self.sample_rate_hz * CHUNK_MS // 1000
+
+    @property
+    def chunks(self) -> int:
+        return -(-len(self.samples) // self.chunk_samples)
+
+    def due_s(self, chunk: int) -> float:
+        return self.start_s + (chunk + 1) * CHUNK_MS / 1000
+
+
+def plan_channels(
+    channels: int, duration_s: float, seed: int, t0: float, clips: Sequence[FixtureClip]
+) -> list[PlannedChannel]:
+    """The channels ``engine_concurrency.run_level`` builds for the same arguments: clip
+    ``i mod 12``, cut to ``duration_s``, start ``t0 + U(0, 2 s)`` from ``default_rng(seed)``;
+    stream ids are the call ids it gives its sessions."""
+    rng = np.random.default_rng(seed)
+    planned = []
+    for i in range(channels):
+        clip = clips[i % len(clips)]
+        planned.append(
+            PlannedChannel(
+                f"c{channels}-{i}-{clip.clip_id.split(':')[0]}",
+                clip.samples[: int(duration_s * clip.sample_rate_hz)],
+                clip.sample_rate_hz,
+                t0 + float(rng.uniform(0, START_SPREAD_S)),
+            )
+        )
+    return planned
+
+
+class Peer(PeerSystem):
+    """The per-stream pattern with its model and a pool of per-stream VADs loaded once."""
+
+    name = "peer"
+
+    def __init__(self, settings: PeerSettings) -> None:
+        self._pool: list[SileroVad] = []
+        super().__init__(PeerDecoder(settings), self._vad_pool, settings, wall_ms)
+
+    def _vad_pool(self, n: int) -> list[SileroVad]:
+        while len(self._pool) < n:
+            self._pool.append(SileroVad(device="cpu"))
+        return self._pool[:n]
+
+    def warm_up(self, clip: FixtureClip) -> None:
+        from pipeline.audio.resample import to_16k
+
+        torch.set_num_threads(1)
+        self._decoder(to_16k(clip.samples, clip.sample_rate_hz)[: 4 * 16_000], "")
+
+    def run_level(self, channels: int, seed: int) -> dict[str, Any]:
+        torch.set_num_threads(1)  # what the silero-vad package sets for its users
+        return run_peer_level(self, channels, seed)
+
+
+def run_peer_level(peer: PeerSystem, channels: int, seed: int) -> dict[str, Any]:
+    """``run_level``'s load for a system with a thread per channel: a feeder hands every chunk
+    over when due (the same chunks, times and capture stamps), the channels' threads decode."""
+    clips = call_clips()
+    epoch_offset_s = time.time() - time.monotonic()
+    t0 = time.monotonic() + 0.2
+    planned = plan_channels(channels, CHANNEL_AUDIO_S, seed, t0, clips)
+    outputs: list[Output] = []
+    peer.start([c.stream_id for c in planned], outputs.append)
+    lateness_ms: list[float] = []
+    next_chunk = {c.stream_id: 0 for c in planned}
+    cpu = CpuMeter()
+    while True:
+        now = time.monotonic()
+        for channel in planned:
+            k = next_chunk[channel.stream_id]
+            while k < channel.chunks and channel.due_s(k) <= now:
+                size = channel.chunk_samples
+                capture_ms = round((channel.start_s + k * CHUNK_MS / 1000 + epoch_offset_s) * 1000)
+                peer.accept(
+                    channel.stream_id,
+                    channel.samples[k * size : (k + 1) * size],
+                    channel.sample_rate_hz,
+                    capture_ms,
+                    k == channel.chunks - 1,
+                )
+                lateness_ms.append(1000 * (now - channel.due_s(k)))
+                k += 1
+            next_chunk[channel.stream_id] = k
+        pending = [
+            c.due_s(next_chunk[c.stream_id]) for c in planned if next_chunk[c.stream_id] < c.chunks
+        ]
+        if not pending:
+            break
+        time.sleep(max(0.0, min(pending) - time.monotonic()))
+    drained = peer.join(DRAIN_TIMEOUT_S)
+    usage = cpu.read()
+    partial_s = [
+        (o.emit_ms - o.covered_capture_ms) / 1000
+        for o in outputs
+        if isinstance(o, PartialObservation)
+    ]
+    finals = [o for o in outputs if isinstance(o, FinalObservation)]
+    texts: dict[str, list[tuple[int, str]]] = {}
+    for final in finals:
+        texts.setdefault(final.stream_id, []).append((final.utterance_index, final.text))
+    return {
+        "channels": channels,
+        "chunk_to_partial_s": percentiles(partial_s),
+        "endpoint_to_final_s": percentiles(
+            (f.emit_ms - f.decided_capture_ms) / 1000 for f in finals
+        ),
+        "partials": len(partial_s),
+        "finals": len(finals),
+        "drained": drained,
+        "cpu": usage,
+        "feeder_lateness_ms": percentiles(lateness_ms),
+        "texts": _joined(texts),
+    }
+
+
+def calibrate_peer(
+    candidates: Sequence[tuple[int, int]], log: Callable[[str], None] = print
+) -> tuple[PeerSettings, dict[str, float]]:
+    """Give the peer its best CTranslate2 split: time 8 decodes of 6 s from 4 threads (how the
+    pattern loads the model) for each ``(cpu_threads, num_workers)``; the fastest wins."""
+    import threading
+
+    from pipeline.audio.resample import to_16k
+
+    clip = call_clips()[0]
+    audio = to_16k(clip.samples, clip.sample_rate_hz)[: 6 * 16_000]
+    timings: dict[str, float] = {}
+    best: tuple[float, PeerSettings] | None = None
+    for threads, workers in candidates:
+        settings = PeerSettings(cpu_threads=threads, num_workers=workers)
+        decoder = PeerDecoder(settings)
+        decoder(audio, "")
+
+        def decode_twice(decoder: PeerDecoder = decoder) -> None:
+            for _ in range(2):
+                decoder(audio, "")
+
+        pool = [threading.Thread(target=decode_twice) for _ in range(4)]
+        started = time.monotonic()
+        for thread in pool:
+            thread.start()
+        for thread in pool:
+            thread.join()
+        elapsed = time.monotonic() - started
+        timings[f"cpu_threads={threads}, num_workers={workers}"] = round(elapsed, 2)
+        log(f"peer calibration: cpu_threads={threads} num_workers={workers}: {elapsed:.2f} s")
+        if best is None or elapsed < best[0]:
+            best = (elapsed, settings)
+        del decoder
+    assert best is not None
+    return best[1], timings
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+
+
+def score(level: dict[str, Any], clips: Sequence[FixtureClip]) -> WordErrors:
+    """WER of a run: channel ``i`` (stream id ``c<N>-<i>-…``) against clip ``i mod 12``."""
+    total = WordErrors()
+    for i in range(level["channels"]):
+        clip = clips[i % len(clips)]
+        stream_id = f"c{level['channels']}-{i}-{clip.clip_id.split(':')[0]}"
+        total = total + word_errors(clip.text, level["texts"].get(stream_id, ""))
+    return total
+
+
+def sweep(
+    systems: Sequence[Streamscribe | Peer],
+    counts: Sequence[int],
+    log: Callable[[str], None] = print,
+) -> dict[str, list[dict[str, Any]]]:
+    """Every system at every N (the systems one after the other), until a system saturates."""
+    clips = call_clips()
+    for system in systems:
+        system.warm_up(clips[0])
+    active = list(systems)
+    results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
+    for n in counts:
+        for system in list(active):
+            level = system.run_level(n, seed=n)
+            errors = score(level, clips)
+            p95 = level["chunk_to_partial_s"]["p95"]
+            level.update(
+                wer=errors.wer,
+                word_errors={
+                    "substitutions": errors.substitutions,
+                    "deletions": errors.deletions,
+                    "insertions": errors.insertions,
+                    "reference_words": errors.reference_words,
+                },
+                process_cpu_percent_of_machine=100
+                * level["cpu"]["process_cores"]
+                / (os.cpu_count() or 1),
+                machine_cpu_percent=level["cpu"]["machine_cpu_percent"],
+                load_average_1m=round(os.getloadavg()[0], 2),
+                sustained=bool(level["drained"] and p95 is not None and p95 <= SUSTAIN_P95_S),
+            )
+            results[system.name].append(level)
+            log(
+                f"{system.name:>12} N={n:<3} partial P50/P95 "
+                f"{fmt(level['chunk_to_partial_s']['p50'])}/{fmt(p95)} s, final P95 "
+                f"{fmt(level['endpoint_to_final_s']['p95'])} s, WER {fmt(100 * errors.wer, 1)} %, "
+                f"{fmt(level['cpu']['process_cores'])} cores, drained {level['drained']}, "
+                f"load {level['load_average_1m']}"
+            )
+            if not level["drained"] or p95 is None or p95 > SATURATED_P95_S:
+                active.remove(system)
+        if not active:
+            break
+    return results
+
+
+def sustained_channels(levels: Sequence[dict[str, Any]]) -> tuple[int, bool]:
+    """Largest N with P95 chunk → partial ≤ 1.5 s, and whether that is only a lower bound
+    (the largest N tried still met it)."""
+    best = max((level["channels"] for level in levels if level["sustained"]), default=0)
+    at_least = bool(levels) and levels[-1]["sustained"] and levels[-1]["channels"] == best
+    return best, at_least
+
+
+def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per system: runs and sustained N; both: the ratio and WER pooled over the N both ran."""
+    summary: dict[str, Any] = {"systems": {}}
+    for name, levels in results.items():
+        best, at_least = sustained_channels(levels)
+        failing = [lv["channels"] for lv in levels if lv["channels"] > best and not lv["sustained"]]
+        summary["systems"][name] = {
+            "runs": levels,
+            "sustained_channels": best,
+            "sustained_is_lower_bound": at_least,
+            "first_failing_channels": min(failing, default=None),
+        }
+    if "streamscribe" in results and "peer" in results:
+        ours, peer = summary["systems"]["streamscribe"], summary["systems"]["peer"]
+        summary["channel_ratio"] = (
+            ours["sustained_channels"] / peer["sustained_channels"]
+            if peer["sustained_channels"]
+            else None
+        )
+        # The grid only brackets each system's true capacity: between its sustained N and the
+        # first failing N minus one. The ratio is bracketed accordingly (None: unbounded).
+        peer_max = (
+            None if peer["first_failing_channels"] is None else peer["first_failing_channels"] - 1
+        )
+        ours_max = (
+            None if ours["first_failing_channels"] is None else ours["first_failing_channels"] - 1
+        )
+        summary["channel_ratio_bounds"] = [
+            ours["sustained_channels"] / peer_max if peer_max else None,
+            ours_max / peer["sustained_channels"]
+            if ours_max is not None and peer["sustained_channels"]
+            else None,
+        ]
+        common = sorted(
+            {lv["channels"] for lv in results["streamscribe"]}
+            & {lv["channels"] for lv in results["peer"]}
+        )
+        pooled: dict[str, Any] = {"channels": common}
+        for name in ("streamscribe", "peer"):
+            errors = sum(
+                (
+                    WordErrors(**level["word_errors"])
+                    for level in results[name]
+                    if level["channels"] in common
+                ),
+                WordErrors(),
+            )
+            pooled[name] = errors.wer
+        pooled["difference_points"] = 100 * (pooled["streamscribe"] - pooled["peer"])
+        summary["wer_pooled"] = pooled
+    return summary
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _triple(stats: dict[str, Any]) -> str:
+    return f"{fmt(stats['p50'])} / {fmt(stats['p95'])} / {fmt(stats['p99'])}"
+
+
+def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
+    rows = [
+        [
+            name,
+            level["channels"],
+            _triple(level["chunk_to_partial_s"]),
+            _triple(level["endpoint_to_final_s"]),
+            fmt(100 * level["wer"], 1),
+            fmt(level["process_cpu_percent_of_machine"], 0),
+            fmt(level["machine_cpu_percent"], 0),
+            "yes" if level["sustained"] else "no",
+        ]
+        for name, system in summary["systems"].items()
+        for level in system["runs"]
+    ]
+    parts = [
+        "## Against the per-stream pattern (whisper_streaming / WhisperLive), N live channels",
+        "Same live load (fixture call channels in 20 ms chunks on wall-clock time), same tiny.en "
+        "weights, same latency definitions as the engine concurrency benchmark. Latency in s "
+        "(P50 / P95 / P99); WER of the finals in %; CPU = the benchmark process, % of all "
+        "cores; machine = every process on the machine (the machine is shared).",
+        markdown_table(
+            [
+                "system",
+                "N",
+                "chunk → partial s",
+                "endpoint → final s",
+                "WER %",
+                "CPU %",
+                "machine %",
+                "P95 ≤ 1.5 s",
+            ],
+            rows,
+        ),
+    ]
+    facts = [
+        f"{name} {'≥ ' if system['sustained_is_lower_bound'] else ''}{system['sustained_channels']}"
+        for name, system in summary["systems"].items()
+    ]
+    parts.append("Channels sustained at P95 chunk → partial ≤ 1.5 s: " + ", ".join(facts) + ".")
+    if "wer_pooled" in summary:
+        pooled = summary["wer_pooled"]
+        low, high = summary["channel_ratio_bounds"]
+        ratio = (
+            f"Ratio {fmt(summary['channel_ratio'], 2)}× at the grid's resolution; with each "
+            f"system's capacity somewhere between its sustained N and its first failing N − 1, "
+            f"the ratio lies between {fmt(low, 2)}× and {fmt(high, 2)}× (— = unbounded)."
+            if summary["channel_ratio"] is not None
+            else "Ratio undefined: the peer sustained none of the channel counts tried."
+        )
+        parts.append(
+            f"{ratio} WER pooled over N = "
+            f"{', '.join(map(str, pooled['channels']))} (the same audio for both): streamscribe "
+            f"{fmt(100 * pooled['streamscribe'], 2)} %, peer {fmt(100 * pooled['peer'], 2)} % "
+            f"({pooled['difference_points']:+.2f} points)."
+        )
+    settings = [
+        f"- {name}: " + "; ".join(f"{key} = {value}" for key, value in described.items())
+        for name, described in config["systems"].items()
+    ]
+    calibration = config.get("peer_calibration_s")
+    if isinstance(calibration, dict):
+        settings.append(
+            "- the peer's CTranslate2 split, calibrated (8 decodes of 6 s from 4 threads): "
+            + ", ".join(f"{split}: {seconds} s" for split, seconds in calibration.items())
+        )
+    parts.append("Settings:\n\n" + "\n".join(settings))
+    return "\n\n".join(parts)
+
+
+def plot(summary: dict[str, Any]) -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, (latency, cpu) = pyplot.subplots(1, 2, figsize=(11, 4))
+    colors = {"streamscribe": "tab:blue", "peer": "tab:orange"}
+    ticks: set[int] = set()
+    for name, system in summary["systems"].items():
+        levels = system["runs"]
+        ns = [level["channels"] for level in levels]
+        ticks.update(ns)
+        color = colors.get(name)
+        for metric, style, label in (
+            ("chunk_to_partial_s", "o-", "chunk → partial"),
+            ("endpoint_to_final_s", "s--", "endpoint → final"),
+        ):
+            values = [np.nan if lv[metric]["p95"] is None else lv[metric]["p95"] for lv in levels]
+            latency.plot(ns, values, style, color=color, label=f"{name}: {label}")
+        cpu.plot(
+            ns,
+            [lv["process_cpu_percent_of_machine"] for lv in levels],
+            "o-",
+            color=color,
+            label=name,
+        )
+    latency.axhline(SUSTAIN_P95_S, color="grey", linestyle=":", label="1.5 s")
+    for axes in (latency, cpu):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
+        axes.set_xlabel("concurrent real-time channels")
+        axes.legend(fontsize=8)
+    latency.set_yscale("log")
+    latency.set_ylabel("P95 latency, s")
+    latency.set_title("P95 latency by live channels")
+    cpu.set_ylabel("process CPU, % of all cores")
+    cpu.set_title("CPU by live channels")
+    figure.tight_layout()
+    return figure
+
+
+def targets(summary: dict[str, Any]) -> list[Target]:
+    if "wer_pooled" not in summary:
+        return []
+    return [
+        Target(
+            "channels at P95 chunk → partial ≤ 1.5 s, streamscribe / peer",
+            summary["channel_ratio"],
+            TARGET_RATIO,
+            "×",
+            higher_is_better=True,
+        ),
+        Target(
+            "the same ratio's lower bound (capacities bracketed by the grid)",
+            summary["channel_ratio_bounds"][0],
+            TARGET_RATIO,
+            "×",
+            higher_is_better=True,
+        ),
+        Target(
+            "WER streamscribe − peer (pooled, same audio)",
+            summary["wer_pooled"]["difference_points"],
+            TARGET_WER_POINTS,
+            "points",
+        ),
+    ]
+
+
+# -- entry points ---------------------------------------------------------------------------------
+
+
+def measure(
+    quick: bool,
+    counts: Sequence[int] | None = None,
+    system_names: Sequence[str] = ("streamscribe", "peer"),
+    threads: int = DEFAULT_TORCH_THREADS,
+    peer_settings: PeerSettings | None = None,
+    out: Path | None = None,
+) -> dict[str, Any]:
+    """Run the sweep, write bench/results/peer_sweep.*, return the summary numbers."""
+    started = time.monotonic()
+    counts = tuple(counts or (QUICK_CHANNELS if quick else FULL_CHANNELS))
+    calibration: dict[str, float] = {}
+    if peer_settings is None and "peer" in system_names:
+        cores = os.cpu_count() or 1
+        candidates = sorted({(1, cores), (cores, 1)})
+        peer_settings, calibration = calibrate_peer(candidates)
+    peer_settings = peer_settings or PeerSettings()
+    systems: list[Streamscribe | Peer] = []
+    for name in system_names:
+        systems.append(Streamscribe(threads) if name == "streamscribe" else Peer(peer_settings))
+    summary = summarize(sweep(systems, counts))
+    config = {
+        "channel_counts": list(counts),
+        "channel_audio": "each channel plays one whole fixture call channel (24–30 s)",
+        "chunk_ms": CHUNK_MS,
+        "start_spread_s": START_SPREAD_S,
+        "sustain_p95_s": SUSTAIN_P95_S,
+        "stop_when_p95_above_s": SATURATED_P95_S,
+        "drain_timeout_s": DRAIN_TIMEOUT_S,
+        "systems": {system.name: system.describe() for system in systems},
+        "peer_calibration_s": calibration or "not run (split given on the command line)",
+    }
+    found = targets(summary)
+    write_results(
+        NAME,
+        quick=quick,
+        config=config,
+        results=summary,
+        markdown=markdown(summary, config),
+        targets=found,
+        figures={"": plot(summary)},
+        notes=[
+            SHARED_MACHINE_NOTE,
+            "Both systems ran in one process, one after the other at each N; CPU is that "
+            "process's over the run (feeding included).",
+            "The peer is our implementation of the published pattern (bench/peer.py), not "
+            "whisper_streaming's or WhisperLive's code.",
+        ],
+        started_s=started,
+        **({} if out is None else {"out": out}),
+    )
+    return _numbers(summary, found)
+
+
+def _numbers(summary: dict[str, Any], found: Sequence[Target]) -> dict[str, Any]:
+    return {
+        "sustained_channels": {
+            name: system["sustained_channels"] for name, system in summary["systems"].items()
+        },
+        "channel_ratio": summary.get("channel_ratio"),
+        "channel_ratio_bounds": summary.get("channel_ratio_bounds"),
+        "wer_pooled": summary.get("wer_pooled"),
+        "targets": [target.to_dict() for target in found],
+    }
+
+
+def rerender(out: Path) -> dict[str, Any]:
+    """Rebuild the summary, markdown and figure from the runs in ``<out>/peer_sweep.json``
+    (machine, configuration and measurements kept as they were)."""
+    path = out / f"{NAME}.json"
+    report = json.loads(path.read_text())
+    runs = {name: system["runs"] for name, system in report["results"]["systems"].items()}
+    summary = summarize(runs)
+    found = targets(summary)
+    report["results"], report["targets"] = summary, [t.to_dict() for t in found]
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    plot(summary).savefig(out / f"{NAME}.png", dpi=110, bbox_inches="tight")
+    parts = [markdown(summary, report["config"])]
+    if found:
+        parts.append(markdown_table(["target", "limit", "measured", ""], (t.row() for t in found)))
+    parts.append("\n".join(f"- {note}" for note in report["notes"]))
+    (out / f"{NAME}.md").write_text("\n\n".join(parts) + "\n")
+    return _numbers(summary, found)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    """For ``bench.run``."""
+    return measure(quick)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = bench_parser("peer", (__doc__ or "").splitlines()[0])
+    parser.add_argument("--channels", type=int, nargs="+", help="channel counts to run")
+    parser.add_argument(
+        "--systems",
+        nargs="+",
+        default=["streamscribe", "peer"],
+        choices=["streamscribe", "peer"],
+        help="which systems to run",
+    )
+    parser.add_argument(
+        "--peer-threads",
+        type=int,
+        help="the peer's CTranslate2 cpu_threads (default: calibrated with --peer-workers)",
+    )
+    parser.add_argument("--peer-workers", type=int, help="the peer's CTranslate2 num_workers")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="rebuild the markdown and figure from the existing results JSON, measure nothing",
+    )
+    args = parser.parse_args(argv)
+    if args.report_only:
+        print(rerender(args.out))
+        return 0
+    summary = measure(
+        args.quick,
+        args.channels,
+        args.systems,
+        args.threads,
+        None
+        if args.peer_threads is None and args.peer_workers is None
+        else PeerSettings(cpu_threads=args.peer_threads or 1, num_workers=args.peer_workers or 1),
+        args.out,
+    )
+    print((args.out / f"{NAME}.md").read_text())
+    print(summary)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,285 @@
+"""Run the benchmarks and rebuild bench/README.md from the results (``make bench``).
+
+    .venv/bin/python -m bench.run                    # every benchmark, full sizes
+    .venv/bin/python -m bench.run --quick            # smaller sizes, under 10 minutes
+                                                     # (benchmarks marked in_quick only)
+    .venv/bin/python -m bench.run --only e2e transport
+    .venv/bin/python -m bench.run --readme           # only rebuild bench/README.md
+
+Each benchmark runs as its own process (``python -m bench.<name>``), one after the other, so
+one's threads, memory and model never skew another's numbers. A benchmark that needs Kafka or
+Redis gets the local one started by ``deploy/local/*.sh`` when none answers (and stopped again
+at the end). Results land in bench/results/; bench/README.md is then rebuilt from every result
+present, so a partial run keeps the other benchmarks' last numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, RESULTS, SHARED_MACHINE_NOTE, fmt, markdown_table
+
+README = REPO / "bench" / "README.md"
+
+
+@dataclass(frozen=True, slots=True)
+class Benchmark:
+    name: str
+    summary: str
+    needs_kafka: bool = False
+    needs_redis: bool = False
+    in_quick: bool = True
+    """Part of ``--quick`` (which must stay under 10 minutes); otherwise full runs and
+    ``--only`` only."""
+
+
+BENCHMARKS = (
+    Benchmark("engine_wer", "WER: streaming engine vs offline 30 s decoding; window cut"),
+    Benchmark("engine_rtf", "recognizer real-time factor by batch size; stage split; VAD"),
+    Benchmark("engine_concurrency", "N real-time channels through one engine: latency, CPU, RAM"),
+    Benchmark("transport", "worker with a no-op model vs a bare consumer", needs_kafka=True),
+    Benchmark("e2e", "end to end through Kafka; kill -9 recovery", needs_kafka=True),
+    Benchmark("hotwords", "hotword biasing: recall, false insertions, cost", needs_redis=True),
+    Benchmark("denoise", "RNNoise before the engine: WER with and without, cost", in_quick=False),
+    Benchmark(
+        "peer_sweep", "Streamscribe vs the per-stream pattern, N live channels", in_quick=False
+    ),
+    Benchmark("soak", "continuous calls through Kafka: memory, latency, lag", True, in_quick=False),
+)
+ORDER = [b.name for b in BENCHMARKS]
+
+
+def _service_up(script: str) -> bool:
+    return (
+        subprocess.run(
+            ["bash", str(REPO / "deploy" / "local" / script), "status"],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
+
+
+def _service(script: str, action: str) -> bool:
+    result = subprocess.run(
+        ["bash", str(REPO / "deploy" / "local" / script), action],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        print(f"bench: {script} {action} failed: {result.stderr.strip()[-500:]}", file=sys.stderr)
+    return result.returncode == 0
+
+
+def _kafka_reachable() -> bool:
+    from bench.infra import broker_reachable, kafka_settings
+
+    return broker_reachable(kafka_settings())
+
+
+def run_benchmarks(
+    selected: Sequence[Benchmark], quick: bool, timeout_s: float, out: Path = RESULTS
+) -> list[dict[str, Any]]:
+    started_services: list[str] = []
+    outcomes = []
+    try:
+        needs_kafka = any(b.needs_kafka for b in selected)
+        if needs_kafka and not _kafka_reachable() and _service("kafka.sh", "up"):
+            started_services.append("kafka.sh")
+        needs_redis = any(b.needs_redis for b in selected)
+        if needs_redis and not _service_up("redis.sh") and _service("redis.sh", "up"):
+            started_services.append("redis.sh")
+        for bench in selected:
+            command = [sys.executable, "-m", f"bench.{bench.name}", "--out", str(out)]
+            command += ["--quick"] if quick else []
+            print(f"\n=== {bench.name}: {bench.summary}", flush=True)
+            began = time.monotonic()
+            try:
+                code = subprocess.run(command, cwd=REPO, timeout=timeout_s, check=False).returncode
+            except subprocess.TimeoutExpired:
+                code = -1
+                print(f"bench: {bench.name} exceeded {timeout_s:.0f} s and was stopped")
+            elapsed = time.monotonic() - began
+            outcomes.append({"name": bench.name, "exit_code": code, "wall_s": elapsed})
+            print(f"=== {bench.name}: exit {code} after {elapsed:.0f} s", flush=True)
+    finally:
+        for script in reversed(started_services):
+            _service(script, "down")
+    return outcomes
+
+
+# -- README ----------------------------------------------------------------------------------
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _targets(report: dict[str, Any]) -> list[list[str]]:
+    """Rows (target, limit, measured, verdict) whatever the benchmark's JSON shape."""
+    targets = report.get("targets") or []
+    rows = []
+    if isinstance(targets, dict):  # {"name": met}
+        for name, met in targets.items():
+            rows.append([name, "—", "—", "met" if met else "**not met**"])
+        return rows
+    for t in targets:
+        verdict = {True: "met", False: "**not met**", None: "not measured"}[t.get("met")]
+        rows.append(
+            [
+                t["name"],
+                f"{'≥' if t.get('comparison') == '>=' else '≤'} {t['limit']:g} {t.get('unit', '')}",
+                fmt(t.get("value"), 3),
+                verdict,
+            ]
+        )
+    return rows
+
+
+def _machine_rows(machine: dict[str, Any]) -> list[list[str]]:
+    return [
+        ["CPU", str(machine.get("cpu_model") or machine.get("machine", "—"))],
+        [
+            "cores",
+            f"{machine.get('logical_cores', '—')} logical / "
+            f"{machine.get('physical_cores', '—')} physical",
+        ],
+        ["memory", f"{machine.get('memory_gib', '—')} GiB"],
+        ["GPU", str(machine.get("gpu") or "none (CPU only)")],
+        ["OS / Python", f"{machine.get('os', '—')} / {machine.get('python', '—')}"],
+        ["torch", str(machine.get("torch", "—"))],
+        ["load average at start (1 / 5 min)", str(machine.get("load_average_1m_5m", "—"))],
+        ["commit", str(machine.get("git_commit", "—"))],
+    ]
+
+
+def build_readme(results_dir: Path = RESULTS) -> str:
+    reports: dict[str, dict[str, Any]] = {}
+    for path in sorted(results_dir.glob("*.json")):
+        report = _load(path)
+        if report is not None:
+            reports[path.stem] = report
+    names = [n for n in ORDER if n in reports] + sorted(n for n in reports if n not in ORDER)
+    lines = [
+        "# Benchmarks",
+        "",
+        "Speed, latency, memory and accuracy of Streamscribe, measured by `bench/` (never "
+        "asserted in tests). This file is generated by `python -m bench.run` from "
+        "`bench/results/*.json` and `*.md`; edit `bench/run.py`, not this file.",
+        "",
+        f"> {SHARED_MACHINE_NOTE} Medians are quoted throughout; ratios (batch sizes, worker "
+        "vs bare consumer, window sizes) come from measurements interleaved in one run.",
+        "",
+        "## How to rerun",
+        "",
+        "```sh",
+        "make bench          # every benchmark, full sizes (tens of minutes)",
+        "make bench-quick    # smaller sizes, under 10 minutes",
+        ".venv/bin/python -m bench.run --only engine_rtf e2e [--quick]",
+        ".venv/bin/python -m bench.engine_concurrency --channels 1 4 16 32  # one module",
+        ".venv/bin/python -m bench.run --readme   # rebuild this file from bench/results/",
+        "```",
+        "",
+        "Kafka and Redis: the local ones (`deploy/local/`) are started when none answers. Every "
+        "broker benchmark creates its topics under a fresh `bench-<name>-<id>.` prefix and "
+        "deletes them at the end; worker subprocesses are stopped (their logs go to "
+        "`$TMPDIR/streamscribe-bench/`). Torch runs with 1 intra-op thread by default "
+        "(`--threads N`): on the 2-core machine below, 2 threads made batched VAD 20–40× "
+        "slower whenever other processes held the cores.",
+        "",
+        "| benchmark | what | mode | measured | wall s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    summaries = {b.name: b.summary for b in BENCHMARKS}
+    for name in names:
+        report = reports[name]
+        machine = report.get("machine")
+        if not isinstance(machine, dict):
+            machine = {}
+        lines.append(
+            f"| [{name}](#{name.replace('_', '-')}) | {summaries.get(name, '')} | "
+            f"{'quick' if report.get('quick') else 'full'} | "
+            f"{machine.get('date_utc', '—')} | {fmt(report.get('wall_s'), 0)} |"
+        )
+    machine = next(
+        (
+            reports[n]["machine"]
+            for n in names
+            if isinstance(reports[n].get("machine"), dict) and "cpu_model" in reports[n]["machine"]
+        ),
+        None,
+    )
+    if machine:
+        lines += ["", "## Machine", "", markdown_table(["", ""], _machine_rows(machine))]
+    target_rows = [[name, *row] for name in names for row in _targets(reports[name])]
+    if target_rows:
+        lines += [
+            "",
+            "## Targets",
+            "",
+            markdown_table(["benchmark", "target", "limit", "measured", ""], target_rows),
+        ]
+    for name in names:
+        lines += ["", f'<a id="{name.replace("_", "-")}"></a>', ""]
+        md_path = results_dir / f"{name}.md"
+        body = md_path.read_text().strip() if md_path.exists() else f"## {name}"
+        if body.startswith("# "):
+            body = "#" + body  # one level below this page's title
+        lines.append(body)
+        for image in reports[name].get("figures") or []:
+            lines += ["", f"![{name}](results/{image})"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench.run", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes (< 10 minutes)")
+    parser.add_argument("--only", nargs="+", choices=ORDER, metavar="NAME", help="these only")
+    parser.add_argument("--readme", action="store_true", help="only rebuild bench/README.md")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks")
+    parser.add_argument("--timeout-s", type=float, help="stop one benchmark after this long")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS, help="results folder (README only for the default)"
+    )
+    args = parser.parse_args(argv)
+    if args.list:
+        for bench in BENCHMARKS:
+            mode = "" if bench.in_quick else "  (full runs and --only)"
+            print(f"{bench.name:20} {bench.summary}{mode}")
+        return 0
+    outcomes: list[dict[str, Any]] = []
+    if not args.readme:
+        selected = [
+            b
+            for b in BENCHMARKS
+            if (b.name in args.only if args.only else b.in_quick or not args.quick)
+        ]
+        timeout_s = args.timeout_s or (600 if args.quick else 3600)
+        started = time.monotonic()
+        outcomes = run_benchmarks(selected, args.quick, timeout_s, args.out)
+        print(f"\nbench: {len(outcomes)} benchmark(s) in {time.monotonic() - started:.0f} s")
+        for outcome in outcomes:
+            print(
+                f"  {outcome['name']:20} exit {outcome['exit_code']:3}  {outcome['wall_s']:.0f} s"
+            )
+    if args.out.resolve() == RESULTS.resolve():
+        README.write_text(build_readme())
+        print(f"bench: wrote {README.relative_to(REPO)}")
+    return 0 if all(o["exit_code"] == 0 for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,192 @@
+"""The lists a worker knows and their ready-built biases, as immutable snapshots.
+
+Pure (no Redis, no clock): :class:`HotwordRegistry` feeds it what it reads from Redis.
+
+Concurrency contract: one writer at a time (writes take a lock), any number of readers. A write
+builds a complete new :class:`CatalogSnapshot` and swaps one reference, so a reader (the engine
+thread calling :meth:`HotwordCatalog.bias_for`) sees either the old or the new state, never a
+mix, and never waits: a read is two dictionary lookups.
+
+Biases are built by the writer, never on the reader's thread: a change to a tenant's list
+rebuilds the tenant's bias and the merged bias of every call of that tenant that has its own
+list; every other bias is carried over. Tries are also cached by content (a merged entry tuple),
+so reloading unchanged lists, or calls with identical lists, builds nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from pipeline.hotwords.model import Hotword, ListRef, merge_entries
+from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer, TokenTrie, TrieBias
+
+__all__ = ["CatalogSnapshot", "HotwordCatalog", "HotwordList"]
+
+
+@dataclass(frozen=True, slots=True)
+class HotwordList:
+    """One list as last read: its entries (sorted by phrase) and, for a call list with a TTL,
+    when Redis will drop it (epoch ms, from the injected clock of whoever read it)."""
+
+    ref: ListRef
+    entries: tuple[Hotword, ...]
+    expires_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
+    """Every known list and the bias of every tenant and call that has one.
+
+    ``biases[ListRef(t)]`` is tenant ``t``'s bias; ``biases[ListRef(t, c)]`` the merged bias of
+    call ``c`` (only for calls with a list of their own); None where the list boosts nothing
+    (every boost 0.0). ``generation`` counts applied changes.
+    """
+
+    generation: int = 0
+    lists: Mapping[ListRef, HotwordList] = field(default_factory=lambda: MappingProxyType({}))
+    biases: Mapping[ListRef, TrieBias | None] = field(default_factory=lambda: MappingProxyType({}))
+
+
+class HotwordCatalog:
+    """Hotword lists → biases for the decoder (implements the engine's ``BiasSource``)."""
+
+    def __init__(
+        self,
+        tokenizer: PhraseTokenizer,
+        weights: BiasWeights | None = None,
+        cache_size: int = 256,
+        prior: Callable[[int], float] | None = None,
+    ) -> None:
+        """``prior`` scales first-token bonuses (see :class:`~pipeline.hotwords.trie.TrieBias`;
+        default: Whisper's BPE rank prior)."""
+        self._tokenizer = tokenizer
+        self._prior = prior
+        self._weights = weights or BiasWeights()
+        self._cache_size = cache_size
+        self._cache: OrderedDict[tuple[Hotword, ...], TrieBias | None] = OrderedDict()
+        self._write_lock = threading.Lock()
+        self._snapshot = CatalogSnapshot()
+
+    @property
+    def snapshot(self) -> CatalogSnapshot:
+        return self._snapshot
+
+    # -- readers (any thread, lock-free) -----------------------------------------------------
+
+    def bias_for(self, tenant: str, call_id: str) -> TrieBias | None:
+        """The call's merged bias, else its tenant's, else None (no list or nothing boosted)."""
+        biases = self._snapshot.biases
+        call_ref = ListRef(tenant, call_id)
+        if call_ref in biases:
+            return biases[call_ref]
+        return biases.get(ListRef(tenant))
+
+    def entries_for(self, tenant: str, call_id: str | None = None) -> tuple[Hotword, ...]:
+        """The effective list of a tenant, or of one of its calls (tenant merged with call)."""
+        lists = self._snapshot.lists
+        tenant_list = lists.get(ListRef(tenant))
+        tenant_entries = tenant_list.entries if tenant_list else ()
+        if call_id is None:
+            return tenant_entries
+        call_list = lists.get(ListRef(tenant, call_id))
+        return merge_entries(tenant_entries, call_list.entries if call_list else ())
+
+    # -- writers (serialized) ----------------------------------------------------------------
+
+    def put(self, hotword_list: HotwordList) -> bool:
+        """Set one list (empty entries = the list is gone); True when anything changed."""
+        return bool(self.apply([hotword_list], replace_all=False))
+
+    def remove(self, ref: ListRef) -> bool:
+        """Forget one list; True when it was known."""
+        return self.put(HotwordList(ref, ()))
+
+    def replace_all(self, lists: Iterable[HotwordList]) -> list[ListRef]:
+        """Make ``lists`` the complete state (a full reload); returns the lists that changed."""
+        return self.apply(lists, replace_all=True)
+
+    def expire(self, now_ms: int) -> list[ListRef]:
+        """Drop call lists whose TTL has run out by ``now_ms``; returns them."""
+        lists = self._snapshot.lists
+        gone = [
+            HotwordList(ref, ())
+            for ref, item in lists.items()
+            if item.expires_at_ms is not None and item.expires_at_ms <= now_ms
+        ]
+        return self.apply(gone, replace_all=False) if gone else []
+
+    def apply(self, updates: Iterable[HotwordList], *, replace_all: bool) -> list[ListRef]:
+        """Apply list updates in one new snapshot; returns the refs whose entries changed."""
+        with self._write_lock:
+            current = self._snapshot
+            lists = {} if replace_all else dict(current.lists)
+            for update in updates:
+                if update.entries:
+                    lists[update.ref] = update
+                else:
+                    lists.pop(update.ref, None)
+            changed = sorted(
+                (
+                    ref
+                    for ref in set(lists) | set(current.lists)
+                    if _entries(lists.get(ref)) != _entries(current.lists.get(ref))
+                ),
+                key=lambda ref: ref.sort_key,
+            )
+            expiry_changed = any(
+                lists.get(ref) != current.lists.get(ref) for ref in set(lists) | set(current.lists)
+            )
+            if not changed and not expiry_changed:
+                return []
+            biases = self._rebuild(current.biases, lists, changed)
+            self._snapshot = CatalogSnapshot(
+                generation=current.generation + 1,
+                lists=MappingProxyType(lists),
+                biases=MappingProxyType(biases),
+            )
+            return changed
+
+    def _rebuild(
+        self,
+        old: Mapping[ListRef, TrieBias | None],
+        lists: Mapping[ListRef, HotwordList],
+        changed: list[ListRef],
+    ) -> dict[ListRef, TrieBias | None]:
+        dirty_tenants = {ref.tenant for ref in changed if ref.call_id is None}
+        dirty_calls = {ref for ref in changed if ref.call_id is not None}
+        biases: dict[ListRef, TrieBias | None] = {}
+        for ref in lists:
+            bias: TrieBias | None
+            if ref.tenant not in dirty_tenants and ref not in dirty_calls:
+                bias = old.get(ref)
+            elif ref.call_id is None:
+                bias = self._bias(lists[ref].entries)
+            else:
+                tenant_list = lists.get(ListRef(ref.tenant))
+                tenant_entries = tenant_list.entries if tenant_list else ()
+                bias = self._bias(merge_entries(tenant_entries, lists[ref].entries))
+            biases[ref] = bias
+        return biases
+
+    def _bias(self, entries: tuple[Hotword, ...]) -> TrieBias | None:
+        if entries in self._cache:
+            self._cache.move_to_end(entries)
+            return self._cache[entries]
+        boosted = [(entry.phrase, entry.boost) for entry in entries if entry.boost > 0]
+        bias = (
+            TrieBias(TokenTrie.from_phrases(boosted, self._tokenizer), self._weights, self._prior)
+            if boosted
+            else None
+        )
+        self._cache[entries] = bias
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return bias
+
+
+def _entries(item: HotwordList | None) -> tuple[Hotword, ...]:
+    return item.entries if item is not None else ()

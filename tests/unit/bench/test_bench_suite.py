@@ -1,0 +1,125 @@
+"""The benchmark suite's own logic (no broker, no model): statistics, targets, results files,
+the README builder, histogram quantiles, failover bookkeeping and the no-op engine parts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.common import Target, percentiles, write_results
+from bench.e2e import _stable_key, compare_finals, gauge_sum, histogram_quantiles
+from bench.run import build_readme
+from bench.transport import CountingEngine, NoopRecognizer, NoopVad
+from pipeline.asr.engine import SessionEnded
+from pipeline.asr.recognizer import RecognitionRequest
+from pipeline.asr.session import SessionKey
+
+
+def test_percentiles_interpolate_and_report_empty_as_none() -> None:
+    stats = percentiles(range(1, 101))
+    assert stats["n"] == 100
+    assert stats["p50"] == pytest.approx(50.5)
+    assert stats["p95"] == pytest.approx(95.05)
+    assert stats["max"] == 100
+    empty = percentiles([])
+    assert empty == {"n": 0, "p50": None, "p95": None, "p99": None, "mean": None, "max": None}
+
+
+def test_targets_compare_in_their_direction_and_unmeasured_is_neither() -> None:
+    assert Target("latency", 0.9, 1.0, "s").met is True
+    assert Target("latency", 1.1, 1.0, "s").met is False
+    assert Target("rate", 12_000, 10_000, "/s", higher_is_better=True).met is True
+    assert Target("rate", None, 10_000, "/s", higher_is_better=True).met is None
+    assert (
+        Target("rate", 12_000, 10_000, "/s", higher_is_better=True).to_dict()["comparison"] == ">="
+    )
+
+
+def test_results_files_and_readme_include_every_benchmark(tmp_path: Path) -> None:
+    write_results(
+        "engine_rtf",
+        quick=True,
+        config={"repeats": 1},
+        results={"value": np.float64(1.5), "array": np.arange(3)},
+        markdown="## Recognizer\n\nbody",
+        targets=[Target("speed", 2.0, 1.0, "s")],
+        notes=["noisy"],
+        out=tmp_path,
+    )
+    report = json.loads((tmp_path / "engine_rtf.json").read_text())
+    assert report["results"] == {"value": 1.5, "array": [0, 1, 2]}
+    assert report["quick"] is True
+    assert "cpu_model" in report["machine"]
+    assert "**not met**" in (tmp_path / "engine_rtf.md").read_text()
+    # Another author's result with its own shape (machine as text, targets as name → met).
+    (tmp_path / "hotwords.json").write_text(
+        json.dumps({"machine": "x86_64", "targets": {"recall": True}})
+    )
+    (tmp_path / "hotwords.md").write_text("# Hotword biasing\n\ntable")
+    readme = build_readme(tmp_path)
+    assert readme.index("## Recognizer") < readme.index("## Hotword biasing")
+    assert "| engine_rtf | speed | ≤ 1 s | 2.000 | **not met** |" in readme
+    assert "| hotwords | recall | — | — | met |" in readme
+    assert "## Machine" in readme
+
+
+EXPOSITION = """\
+# HELP asr_duration_seconds Latencies
+# TYPE asr_duration_seconds histogram
+asr_duration_seconds_bucket{kind="chunk_to_partial",le="0.5"} 50.0
+asr_duration_seconds_bucket{kind="chunk_to_partial",le="1.0"} 90.0
+asr_duration_seconds_bucket{kind="chunk_to_partial",le="2.0"} 100.0
+asr_duration_seconds_bucket{kind="chunk_to_partial",le="+Inf"} 100.0
+asr_duration_seconds_count{kind="chunk_to_partial"} 100.0
+asr_duration_seconds_sum{kind="chunk_to_partial"} 60.0
+"""
+
+
+def test_histogram_quantiles_interpolate_within_buckets_like_prometheus() -> None:
+    quantiles = histogram_quantiles(EXPOSITION)["chunk_to_partial"]
+    assert quantiles["count"] == 100
+    assert quantiles["p50_s"] == pytest.approx(0.5)
+    assert quantiles["p95_s"] == pytest.approx(1.5)
+    assert histogram_quantiles(None) == {}
+
+
+def test_gauge_sum_adds_partitions_and_says_none_when_not_exported() -> None:
+    lag = """\
+# HELP asr_consumer_lag_records Records behind
+# TYPE asr_consumer_lag_records gauge
+asr_consumer_lag_records{partition="0"} 3.0
+asr_consumer_lag_records{partition="5"} 4.0
+"""
+    assert gauge_sum(lag, "asr_consumer_lag_records") == 7.0
+    assert gauge_sum(EXPOSITION, "asr_consumer_lag_records") is None
+    assert gauge_sum(None, "asr_consumer_lag_records") is None
+
+
+def test_failover_comparison_by_fixture_ignores_the_run_tag() -> None:
+    final = {"call_id": "rec4-01-call02_delivery", "channel": "agent", "utterance_index": 3}
+    assert _stable_key(final) == "01-call02_delivery:agent:3"
+    baseline = {"a:agent:0": "hello", "a:agent:1": "world"}
+    observed = {"a:agent:0": "hello", "a:agent:1": "word", "a:agent:2": "extra"}
+    assert compare_finals(baseline, observed) == {
+        "lost": [],
+        "extra": ["a:agent:2"],
+        "text_differs": ["a:agent:1"],
+    }
+    assert compare_finals(baseline, {"a:agent:0": "hello"})["lost"] == ["a:agent:1"]
+
+
+def test_noop_engine_counts_chunks_decodes_nothing_and_ends_sessions() -> None:
+    assert NoopRecognizer().recognize([RecognitionRequest(np.zeros(16, np.float32))])[0].text == ""
+    assert NoopVad().speech_probs(np.zeros((3, 512), np.float32), [None] * 3).tolist() == [0] * 3
+    engine = CountingEngine()
+    key = SessionKey("call", "mono")
+    speech = (0.3 * np.sin(np.arange(320) / 3)).astype(np.float32)
+    for index in range(100):
+        engine.accept(key, speech, 16_000, capture_ms=index * 20, end_of_stream=index == 99)
+    outputs = engine.step()
+    assert engine.accepted == 100
+    assert [type(o) for o in outputs] == [SessionEnded]
+    assert not engine.sessions

@@ -1,0 +1,130 @@
+"""The baseline peer's pure parts: time-stamped LocalAgreement, VAD gating, endpoints, trims."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from bench.peer import (
+    FinalObservation,
+    HypothesisBuffer,
+    PartialObservation,
+    PeerSettings,
+    PeerStream,
+    PeerWord,
+)
+from pipeline.asr.vad import EnergyVad
+
+RATE = 16_000
+WORD_S = 0.25
+
+
+def words(*spans: tuple[str, float, float]) -> list[PeerWord]:
+    return [PeerWord(f" {text}", start, end) for text, start, end in spans]
+
+
+def test_agreement_commits_the_common_prefix_of_two_hypotheses() -> None:
+    buffer = HypothesisBuffer()
+    buffer.insert(words(("hello", 0.0, 0.4), ("word", 0.5, 0.9)))
+    assert buffer.flush() == []
+    buffer.insert(words(("Hello,", 0.0, 0.4), ("world", 0.5, 0.9), ("again", 1.0, 1.3)))
+    committed = buffer.flush()
+    assert [w.text for w in committed] == [" Hello,"]
+    assert [w.text for w in buffer.tentative] == [" world", " again"]
+    assert buffer.last_committed_end_s == 0.4
+
+
+def test_agreement_never_retracts_and_skips_words_before_the_committed_end() -> None:
+    buffer = HypothesisBuffer()
+    for _ in range(2):
+        buffer.insert(words(("one", 0.0, 0.3), ("two", 0.4, 0.7)))
+        buffer.flush()
+    assert [w.text for w in buffer.committed] == [" one", " two"]
+    # A re-decode that disagrees about already committed audio changes nothing committed.
+    buffer.insert(words(("won", 0.0, 0.3), ("too", 0.4, 0.7), ("three", 0.8, 1.1)))
+    buffer.flush()
+    buffer.insert(words(("three", 0.8, 1.1), ("four", 1.2, 1.5)))
+    buffer.flush()
+    assert [w.text for w in buffer.committed] == [" one", " two", " three"]
+
+
+def test_agreement_drops_a_repeat_of_the_committed_tail() -> None:
+    buffer = HypothesisBuffer()
+    for _ in range(2):
+        buffer.insert(words(("good", 0.0, 0.3), ("morning", 0.4, 0.8)))
+        buffer.flush()
+    # Whisper repeats "morning" with a time just after the committed end.
+    buffer.insert(words(("morning", 0.85, 1.0), ("team", 1.1, 1.4)))
+    assert [w.text for w in buffer._new] == [" team"]
+
+
+class ScriptedDecoder:
+    """One word per 250 ms of audio: loud audio → "w<k>", silence → nothing."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, str]] = []
+
+    def __call__(self, audio: npt.NDArray[np.float32], prompt: str) -> list[PeerWord]:
+        self.calls.append((len(audio), prompt))
+        out = []
+        step = int(WORD_S * RATE)
+        for k in range(len(audio) // step):
+            piece = audio[k * step : (k + 1) * step]
+            if np.abs(piece).mean() > 0.05:
+                end = "." if k % 4 == 3 else ""
+                out.append(PeerWord(f" w{k}{end}", k * WORD_S, (k + 1) * WORD_S))
+        return out
+
+
+def speech_then_silence(speech_s: float, silence_s: float) -> npt.NDArray[np.float32]:
+    rng = np.random.default_rng(0)
+    speech = (0.3 * rng.standard_normal(int(speech_s * RATE))).astype(np.float32)
+    return np.concatenate([speech, np.zeros(int(silence_s * RATE), dtype=np.float32)])
+
+
+def feed(
+    stream: PeerStream, audio: npt.NDArray[np.float32], end: bool = True
+) -> list[PartialObservation | FinalObservation]:
+    outputs: list[PartialObservation | FinalObservation] = []
+    chunk = RATE // 50
+    clock = iter(range(10**9))
+    for k in range(0, len(audio), chunk):
+        last = end and k + chunk >= len(audio)
+        stream.accept(audio[k : k + chunk], RATE, capture_ms=k * 1000 // RATE, end_of_stream=last)
+        while stream.has_work:
+            outputs.extend(stream.step(lambda: next(clock)))
+    return outputs
+
+
+def test_stream_decodes_speech_only_and_finalizes_after_the_endpoint_silence() -> None:
+    decoder = ScriptedDecoder()
+    stream = PeerStream("a", PeerSettings(), EnergyVad(), decoder)
+    audio = np.concatenate(
+        [
+            np.zeros(RATE, dtype=np.float32),
+            speech_then_silence(3.0, 1.5),
+            speech_then_silence(2.0, 0.5),
+        ]
+    )
+    outputs = feed(stream, audio)
+    finals = [o for o in outputs if isinstance(o, FinalObservation)]
+    partials = [o for o in outputs if isinstance(o, PartialObservation)]
+    assert [f.reason for f in finals] == ["silence", "end_of_stream"]
+    assert [f.utterance_index for f in finals] == [0, 1]
+    # The first final is decided 800 ms into the silence after 1 s + 3 s of audio.
+    decided = finals[0].decided_capture_ms
+    assert 4_700 <= decided <= 4_900
+    assert partials, "one partial per hop of speech"
+    assert stream.done
+    # Every decode got at most the utterance (plus pads), never the leading silence.
+    assert all(n <= 3.2 * RATE for n, _ in decoder.calls[:4])
+
+
+def test_stream_trims_the_buffer_at_a_committed_sentence_end() -> None:
+    decoder = ScriptedDecoder()
+    stream = PeerStream("a", PeerSettings(), EnergyVad(), decoder)
+    feed(stream, speech_then_silence(6.0, 0.0), end=False)
+    # Words w3., w7. … end sentences; once committed, later decodes start after them and
+    # carry the committed text as the prompt.
+    assert any(prompt for _, prompt in decoder.calls)
+    assert min(n for n, _ in decoder.calls[-2:]) < 5 * RATE

@@ -1,0 +1,75 @@
+"""The sweep's bookkeeping: channel plans, scoring, sustained channels, the pooled WER."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from bench.common import FixtureClip
+from bench.peer_sweep import plan_channels, score, summarize, sustained_channels
+
+
+def clip(i: int, rate: int = 16_000) -> FixtureClip:
+    return FixtureClip(
+        f"call{i:02d}_x:agent", "call", rate, np.zeros(rate * 3, dtype=np.float32), f"word{i}"
+    )
+
+
+def level(channels: int, p95: float, sustained: bool, errors: int = 0) -> dict[str, Any]:
+    return {
+        "channels": channels,
+        "chunk_to_partial_s": {"p95": p95},
+        "sustained": sustained,
+        "drained": True,
+        "word_errors": {
+            "substitutions": errors,
+            "deletions": 0,
+            "insertions": 0,
+            "reference_words": 100,
+        },
+    }
+
+
+def test_plan_cycles_clips_cuts_audio_and_staggers_within_two_seconds() -> None:
+    clips = [clip(i) for i in range(3)]
+    planned = plan_channels(5, 2.0, seed=7, t0=100.0, clips=clips)
+    assert [c.stream_id for c in planned] == [
+        "c5-0-call00_x",
+        "c5-1-call01_x",
+        "c5-2-call02_x",
+        "c5-3-call00_x",
+        "c5-4-call01_x",
+    ]
+    assert all(len(c.samples) == 32_000 for c in planned)
+    assert all(100.0 <= c.start_s <= 102.0 for c in planned)
+    again = plan_channels(5, 2.0, seed=7, t0=100.0, clips=clips)
+    assert [c.start_s for c in planned] == [c.start_s for c in again]
+    assert planned[0].chunks == 100
+    assert planned[0].due_s(0) == planned[0].start_s + 0.02
+
+
+def test_score_matches_each_channel_to_its_clip() -> None:
+    clips = [clip(i) for i in range(2)]
+    texts = {"c3-0-call00_x": "word0", "c3-1-call01_x": "wrong", "c3-2-call00_x": "word0"}
+    errors = score({"channels": 3, "texts": texts}, clips)
+    assert (errors.substitutions, errors.reference_words) == (1, 3)
+
+
+def test_sustained_is_the_largest_n_within_the_limit() -> None:
+    levels = [level(1, 0.4, True), level(4, 1.2, True), level(8, 2.0, False)]
+    assert sustained_channels(levels) == (4, False)
+    assert sustained_channels(levels[:2]) == (4, True)  # only a lower bound
+    assert sustained_channels([level(1, 3.0, False)]) == (0, False)
+
+
+def test_summary_ratio_and_wer_pooled_over_the_common_counts() -> None:
+    ours = [level(1, 0.3, True), level(4, 0.5, True, errors=2), level(16, 1.0, True)]
+    peer = [level(1, 0.6, True, errors=1), level(4, 6.0, False, errors=1)]
+    summary = summarize({"streamscribe": ours, "peer": peer})
+    assert summary["channel_ratio"] == 16
+    pooled = summary["wer_pooled"]
+    assert pooled["channels"] == [1, 4]
+    assert pooled["streamscribe"] == 2 / 200
+    assert pooled["peer"] == 2 / 200
+    assert pooled["difference_points"] == 0

@@ -1,0 +1,73 @@
+"""Reconnect backoff, registry config checks, and CLI input validation (no Redis needed)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.errors import ConfigError
+from pipeline.hotwords.registry import Backoff, RegistryConfig
+
+# Nothing listens here: a command that got as far as Redis would exit 1, not 2.
+UNREACHABLE = "redis://127.0.0.1:1/0"
+
+
+def test_backoff_doubles_up_to_the_cap_with_jitter_and_resets() -> None:
+    backoff = Backoff(0.1, 1.0, random.Random(7))
+    delays = [backoff.next_delay_s() for _ in range(8)]
+    ceilings = [0.1, 0.2, 0.4, 0.8, 1.0, 1.0, 1.0, 1.0]
+    for delay, ceiling in zip(delays, ceilings, strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+    backoff.reset()
+    assert backoff.next_delay_s() <= 0.1
+
+
+def test_backoff_survives_many_failures() -> None:
+    backoff = Backoff(0.1, 5.0, random.Random(1))
+    for _ in range(10_000):
+        assert backoff.next_delay_s() <= 5.0
+
+
+def test_registry_config_is_checked() -> None:
+    with pytest.raises(ConfigError, match="poll_interval_s"):
+        RegistryConfig(poll_interval_s=0)
+    with pytest.raises(ConfigError, match="reconnect_max_s"):
+        RegistryConfig(reconnect_initial_s=2.0, reconnect_max_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["add", "--tenant", "acme", ""], "empty hotword phrase"),
+        (["add", "--tenant", "acme", "x" * 65], "at most 64"),
+        (["add", "--tenant", "acme", "a b c d e f g h i"], "9 words"),
+        (["add", "--tenant", "acme", "Niamh", "--boost", "5"], "boost must be between"),
+        (["add", "--tenant", "acme", "Niamh", "--boost", "lots"], "boost must be a number"),
+        (["add", "--tenant", "ac me", "Niamh"], "tenant 'ac me'"),
+        (["add", "--tenant", "acme", "--call", "a/b", "Niamh"], "call id 'a/b'"),
+        (["remove", "--tenant", "acme", "  "], "empty hotword phrase"),
+        (["list"], "--tenant is required"),
+        (["clear", "--tenant", ""], "--tenant is required"),
+    ],
+)
+def test_user_mistakes_exit_2_with_one_line_before_touching_redis(
+    argv: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("STREAMSCRIBE_TENANT", raising=False)
+    code = main(["hotwords", *argv, "--redis-url", UNREACHABLE])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert message in err
+    assert err.startswith("streamscribe: error: ")
+    assert err.count("\n") == 1
+
+
+def test_redis_unreachable_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["hotwords", "list", "--tenant", "acme", "--redis-url", UNREACHABLE])
+    assert code == 1
+    assert "Redis" in capsys.readouterr().err
