@@ -74,6 +74,7 @@ TARGET_RSS_GROWTH_MIB = 32.0
 TARGET_RSS_SLOPE_MIB_PER_H = 16.0
 TARGET_LAG_SLOPE_PER_S = 1.0
 MIB = 2**20
+LOG_ROOT = Path(tempfile.gettempdir()) / "streamscribe-bench"  # as the other benchmarks
 
 
 # -- pure helpers ---------------------------------------------------------------------------------
@@ -300,6 +301,7 @@ def soak(
         all_records = reader.snapshot()
     return analyze(
         samples,
+        load_s=minutes * 60,
         warmup_s=warmup_minutes * 60,
         extra={
             "topic_prefix": prefix,
@@ -342,6 +344,8 @@ def _sample_until_done(
     last = started
     while simulate.poll() is None:
         time.sleep(max(0.0, started + (len(samples) + 1) * sample_s - time.monotonic()))
+        if simulate.poll() is not None:
+            break  # the load is over: what follows is the drain, not the soak
         if worker.poll() is not None:
             raise RuntimeError(f"the worker exited during the soak ({worker.returncode})")
         now = time.monotonic()
@@ -392,8 +396,16 @@ def _drain(port: int, worker: subprocess.Popen[bytes]) -> float | None:
     return None
 
 
-def analyze(samples: Sequence[Sample], warmup_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    """Memory flatness and lag growth after ``warmup_s``; the samples themselves."""
+def analyze(
+    samples: Sequence[Sample],
+    warmup_s: float,
+    extra: dict[str, Any],
+    load_s: float | None = None,
+) -> dict[str, Any]:
+    """Memory flatness and lag growth after ``warmup_s`` (samples after ``load_s``, when the
+    load had ended, are left out); the samples themselves."""
+    if load_s is not None:
+        samples = [s for s in samples if s.t_s <= load_s]
     after = [s for s in samples if s.t_s >= warmup_s]
     end_s = samples[-1].t_s if samples else 0.0
     times = [s.t_s for s in after]
@@ -419,7 +431,9 @@ def analyze(samples: Sequence[Sample], warmup_s: float, extra: dict[str, Any]) -
         "post_warmup_minutes": max(end_s - warmup_s, 0.0) / 60,
         "lag_slope_records_per_s": lag_slope,
         "lag_records_max_after_warmup": max(lag_values, default=None),
-        "lag_records_end": lag_values[-1] if lag_values else None,
+        "lag_records_end": window_median(
+            [t for t, _ in lag_points], lag_values, end_s - span_s, end_s + 1
+        ),
         "lag_records_median_after_warmup": float(np.median(lag_values)) if lag_values else None,
         "window_partial_p95_s_max_after_warmup": max(partial_p95, default=None),
         "worker_cores_mean": float(np.mean([s.worker_cores for s in samples])) if samples else None,
@@ -444,13 +458,13 @@ def markdown(results: dict[str, Any], config: dict[str, Any]) -> str:
         )
     )
     rows = [
-        ["duration", f"{minutes} min (warm-up {warmup} min)"],
+        ["sampled under load", f"{minutes} min (warm-up {warmup} min)"],
         ["load", f"{config['calls']} calls at once (2 channels each), real time"],
         ["worker RSS, end of warm-up → end", f"{rss_range} MiB"],
         ["RSS growth after warm-up", f"{fmt(results['rss_growth_mib'], 1)} MiB"],
         ["RSS slope after warm-up", f"{fmt(results['rss_slope_mib_per_hour'], 1)} MiB/h"],
         ["RSS peak", f"{fmt(results['rss_peak_mib'], 1)} MiB"],
-        ["consumer lag (fetch position): median / max / end", f"{lag} records"],
+        ["consumer lag (fetch position): median / max / last span", f"{lag} records"],
         ["lag slope after warm-up", f"{fmt(results['lag_slope_records_per_s'], 3)} records/s"],
         ["chunk → partial P50 / P95 / P99", f"{_triple(partial)} s ({partial['n']} partials)"],
         ["endpoint → final P50 / P95 / P99", f"{_triple(final)} s ({final['n']} finals)"],
@@ -543,7 +557,8 @@ def measure(
     minutes = minutes or (QUICK_MINUTES if quick else FULL_MINUTES)
     warmup_minutes = min(WARMUP_MINUTES, minutes / 3)
     sample_s = 5.0 if minutes <= 5 else 10.0
-    logs = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    LOG_ROOT.mkdir(parents=True, exist_ok=True)
+    logs = Path(tempfile.mkdtemp(prefix="soak-", dir=LOG_ROOT))
     results = soak(minutes, calls, threads, sample_s, warmup_minutes, logs)
     config = {
         "minutes": minutes,
@@ -571,8 +586,12 @@ def measure(
         started_s=started,
         **({} if out is None else {"out": out}),
     )
+    return _numbers(results, found)
+
+
+def _numbers(results: dict[str, Any], found: Sequence[Target]) -> dict[str, Any]:
     return {
-        "minutes": minutes,
+        "minutes": results["duration_s"] / 60,
         "rss_growth_mib": results["rss_growth_mib"],
         "rss_slope_mib_per_hour": results["rss_slope_mib_per_hour"],
         "lag_slope_records_per_s": results["lag_slope_records_per_s"],
@@ -581,6 +600,32 @@ def measure(
         "endpoint_to_final_p95_s": results["endpoint_to_final_s"]["p95"],
         "targets": [target.to_dict() for target in found],
     }
+
+
+def rerender(out: Path) -> dict[str, Any]:
+    """Re-analyze the samples in ``<out>/soak.json`` and rebuild its markdown and figure
+    (machine, configuration and measurements kept as they were)."""
+    path = out / f"{NAME}.json"
+    report = json.loads(path.read_text())
+    config, old = report["config"], report["results"]
+    derived = set(analyze([], 0.0, {}))
+    results = analyze(
+        [Sample(**sample) for sample in old["samples"]],
+        warmup_s=config["warmup_minutes"] * 60,
+        extra={key: value for key, value in old.items() if key not in derived},
+        load_s=config["minutes"] * 60,
+    )
+    found = targets(results)
+    report["results"], report["targets"] = results, [t.to_dict() for t in found]
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    plot(results).savefig(out / f"{NAME}.png", dpi=110, bbox_inches="tight")
+    parts = [
+        markdown(results, config),
+        markdown_table(["target", "limit", "measured", ""], (t.row() for t in found)),
+        "\n".join(f"- {note}" for note in report["notes"]),
+    ]
+    (out / f"{NAME}.md").write_text("\n\n".join(parts) + "\n")
+    return _numbers(results, found)
 
 
 def run(quick: bool) -> dict[str, Any]:
@@ -594,7 +639,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--calls", type=int, default=DEFAULT_CALLS, help="calls at once (2 channels each)"
     )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="re-analyze the samples in the existing results JSON, measure nothing",
+    )
     args = parser.parse_args(argv)
+    if args.report_only:
+        print(rerender(args.out))
+        return 0
     summary = measure(args.quick, args.minutes, args.calls, args.threads, args.out)
     print((args.out / f"{NAME}.md").read_text())
     print(summary)

@@ -225,7 +225,9 @@ class HotwordSettings:
         86400, "HOTWORDS_CALL_TTL_S", "a per-call list expires this long after its last change"
     )
     start_bonus: float = setting(
-        5.0, "HOTWORDS_START_BONUS", "logit bonus of a phrase's first token (× its boost)"
+        5.0,
+        "HOTWORDS_START_BONUS",
+        "largest logit bonus of a phrase's first token (× its boost; scaled by token rarity)",
     )
     continue_bonus: float = setting(
         7.0,

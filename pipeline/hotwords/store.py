@@ -109,7 +109,10 @@ class ChangeResult:
 
 
 class HotwordStore:
-    """Reads and writes hotword lists; one instance per process, thread-safe (redis-py pool)."""
+    """Reads and writes hotword lists; one instance per process, thread-safe (redis-py pool).
+
+    ``client`` must return text (``decode_responses=True``), as :func:`connect`'s clients do.
+    """
 
     def __init__(
         self,

@@ -135,8 +135,11 @@ def test_cli_edits_lists_atomically_and_announces_every_change(
     cli: Callable[..., tuple[int, str, str]], redis_url: str, prefix: str
 ) -> None:
     listener = redis.Redis.from_url(redis_url, decode_responses=True)
-    pubsub = listener.pubsub(ignore_subscribe_messages=True)
+    pubsub = listener.pubsub()
     pubsub.subscribe(f"{prefix}:changes")
+    confirmed = pubsub.get_message(timeout=DEADLINE_S)
+    assert confirmed is not None
+    assert confirmed["type"] == "subscribe"
 
     code, out, _ = cli("add", "--tenant", "acme", "Niamh", "Saoirse   Okonkwo", "--boost", "1.5")
     assert code == 0
@@ -253,7 +256,7 @@ def test_registry_loads_on_start_and_applies_live_changes(
         assert phrases(registry, "acme", "call-1") == ["Niamh", "Ozempic", "Zyrtec"]
         assert cli("clear", "--tenant", "acme")[0] == 0
         wait_for(lambda: registry.bias_for("acme", "call-2") is None, "the clear")
-        assert registry.version == store.version()
+        wait_for(lambda: registry.version == store.version(), "the version of the clear")
     finally:
         registry.stop()
     assert set(recorder.updates) >= {ListRef("acme"), ListRef("acme", "call-1")}
@@ -316,13 +319,14 @@ def test_call_lists_expire_with_their_ttl(
     redis_url: str, prefix: str, tokenizer: WhisperTokenizer
 ) -> None:
     client = connect(redis_url)
-    store = HotwordStore(client, HotwordKeys(prefix), call_ttl_s=1)
-    store.add(ListRef("acme", "short-call"), ["Zyrtec"])
+    store = HotwordStore(client, HotwordKeys(prefix), call_ttl_s=2)
     registry = start_registry(store, tokenizer)
     try:
         assert registry.wait_loaded(DEADLINE_S)
-        assert phrases(registry, "acme", "short-call") == ["Zyrtec"]
+        store.add(ListRef("acme", "short-call"), ["Zyrtec"])
+        wait_for(lambda: registry.bias_for("acme", "short-call") is not None, "the call list")
         wait_for(lambda: registry.bias_for("acme", "short-call") is None, "the TTL expiry")
+        assert store.read(ListRef("acme", "short-call")).entries == ()
     finally:
         registry.stop()
         client.close()

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.common import FixtureClip
-from bench.peer_sweep import plan_channels, score, summarize, sustained_channels
+from bench.peer_sweep import (
+    plan_channels,
+    rerender,
+    score,
+    summarize,
+    sustained_channels,
+)
 
 
 def clip(i: int, rate: int = 16_000) -> FixtureClip:
@@ -73,3 +81,40 @@ def test_summary_ratio_and_wer_pooled_over_the_common_counts() -> None:
     assert pooled["streamscribe"] == 2 / 200
     assert pooled["peer"] == 2 / 200
     assert pooled["difference_points"] == 0
+
+
+def run_entry(channels: int, p95: float, sustained: bool) -> dict[str, Any]:
+    stats = {"n": 10, "p50": p95 / 2, "p95": p95, "p99": p95, "mean": p95 / 2, "max": p95}
+    return {
+        **level(channels, p95, sustained, errors=1),
+        "chunk_to_partial_s": stats,
+        "endpoint_to_final_s": stats,
+        "wer": 0.01,
+        "process_cpu_percent_of_machine": 40.0,
+        "machine_cpu_percent": 90.0,
+    }
+
+
+def test_report_only_rebuilds_summary_markdown_and_figure(tmp_path: Path) -> None:
+    runs = {
+        "streamscribe": [
+            run_entry(1, 0.3, True),
+            run_entry(4, 0.6, True),
+            run_entry(8, 2.0, False),
+        ],
+        "peer": [run_entry(1, 1.2, True), run_entry(4, 3.6, False)],
+    }
+    report = {
+        "config": {"systems": {"streamscribe": {"hop_ms": 500}, "peer": {"hop_ms": 1000}}},
+        "results": {"systems": {name: {"runs": levels} for name, levels in runs.items()}},
+        "targets": [],
+        "notes": ["shared machine"],
+    }
+    (tmp_path / "peer_sweep.json").write_text(json.dumps(report))
+    numbers = rerender(tmp_path)
+    assert numbers["sustained_channels"] == {"streamscribe": 4, "peer": 1}
+    assert numbers["channel_ratio"] == 4
+    assert numbers["channel_ratio_bounds"] == [4 / 3, 7]
+    text = (tmp_path / "peer_sweep.md").read_text()
+    assert "between 1.33× and 7.00×" in text
+    assert (tmp_path / "peer_sweep.png").stat().st_size > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from bench.soak import (
     Sample,
     _simulate_summary,
     analyze,
+    rerender,
     scrape,
     slope_per_s,
     targets,
@@ -91,3 +93,28 @@ def test_simulate_summary_is_the_last_json_block(tmp_path: Path) -> None:
     assert _simulate_summary(log) == {"calls_started": 3}
     log.write_text("simulate: crashed\n")
     assert _simulate_summary(log) is None
+
+
+def test_report_only_rebuilds_markdown_and_figure_from_the_samples(tmp_path: Path) -> None:
+    samples = [sample(5.0 * i, 1000.0 + (i > 10)) for i in range(40)]
+    results = analyze(samples, warmup_s=60, extra={}, load_s=180)
+    results.update(
+        chunk_to_partial_s={"n": 3, "p50": 0.3, "p95": 0.5, "p99": 0.6},
+        endpoint_to_final_s={"n": 2, "p50": 0.7, "p95": 0.9, "p99": 1.0},
+        drain_s=0.0,
+    )
+    report = {
+        "config": {"minutes": 3.0, "warmup_minutes": 1.0, "calls": 4, "torch_threads": 1},
+        "results": results,
+        "targets": [],
+        "notes": ["shared machine"],
+    }
+    (tmp_path / "soak.json").write_text(json.dumps(report))
+    numbers = rerender(tmp_path)
+    assert numbers["rss_growth_mib"] == pytest.approx(0.0)
+    assert (tmp_path / "soak.png").stat().st_size > 0
+    text = (tmp_path / "soak.md").read_text()
+    assert "RSS growth after warm-up" in text
+    assert "0.50" in text
+    stored = json.loads((tmp_path / "soak.json").read_text())
+    assert max(s["t_s"] for s in stored["results"]["samples"]) <= 180
