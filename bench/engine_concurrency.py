@@ -16,12 +16,13 @@ channels (cycled for large N), each starting at a random offset within the first
 - endpoint→final: ``final.latency_ms`` = emit time − capture time of the audio that decided
   the endpoint (800 ms of trailing silence).
 - CPU: this process's CPU seconds per wall second (``psutil``) and the machine's CPU use.
-- memory: RSS growth over the warmed-up baseline divided by open sessions, and the engine's
-  own audio buffers (``Session.buffer`` bytes). RSS is sampled every second after a garbage
-  collection and ``malloc_trim``; what is still there once every session has closed is working
-  memory (the recognizer's batches, allocator pools), not session state. The overhead of a
-  session = (growth − that retained part − buffered audio) / sessions. A separate run opens
-  many quiet sessions at once to measure it without decoding noise.
+- memory: RSS growth over the warmed-up baseline (after a full batch of speech windows)
+  divided by open sessions, and the engine's own audio buffers (``Session.buffer`` bytes).
+  RSS is sampled every second after a garbage collection and ``malloc_trim``. The overhead of
+  a session = (growth − buffered audio) / sessions: an upper bound, since the growth also holds
+  the decoder's working memory; how much of it stays once every session has closed is shown
+  beside it. A separate run opens many quiet sessions at once to measure the per-session
+  state without decoding noise.
 """
 
 from __future__ import annotations
@@ -189,12 +190,13 @@ def run_level(
             time.sleep(max(0.0, min(pending) - time.monotonic()))
     usage = cpu.read()
     # What stays after every session closed is working memory (recognizer batches, allocator
-    # pools), not session state; a session's share is the rest minus its buffered audio.
+    # pools), not session state: reported beside, not subtracted (growth keeps coming from
+    # decoding until the last final, so subtracting it can go below zero).
     release_memory()
     retained = rss_bytes() - baseline_rss
     audio_s = sum(len(s.samples) / s.sample_rate_hz for s in streams)
     full = [m for m in memory_samples if m["sessions"] == channels]
-    overhead = [(m["rss_growth_bytes"] - retained - m["buffer_bytes"]) / channels for m in full]
+    overhead = [(m["rss_growth_bytes"] - m["buffer_bytes"]) / channels for m in full]
     return {
         "channels": channels,
         "audio_s_per_channel": duration_s,
@@ -311,7 +313,8 @@ def markdown(results: dict[str, Any], threads: int) -> str:
             "## Concurrent real-time channels through one engine (no Kafka)",
             f"Whisper tiny.en + silero VAD on CPU, {threads} torch thread(s); latencies in ms "
             "as P50 / P95 / P99; memory in MiB (per session: median of 1 s samples while all "
-            "sessions are open; overhead = RSS growth − what stays after close − audio).",
+            "sessions are open; overhead = (RSS growth − buffered audio) / sessions, an upper "
+            "bound that includes the decoder's working memory).",
             markdown_table(
                 [
                     "channels",
@@ -323,7 +326,7 @@ def markdown(results: dict[str, Any], threads: int) -> str:
                     "engine busy",
                     "RSS growth / session",
                     "retained after close (total)",
-                    "overhead / session",
+                    "overhead / session (upper bound)",
                     "buffered audio / session",
                 ],
                 rows,
@@ -418,7 +421,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "MiB",
         ),
         Target(
-            f"memory per open session beyond its audio ({TARGET_CHANNELS} live channels)",
+            f"memory per open session beyond its audio ({TARGET_CHANNELS} live channels, upper "
+            "bound)",
             loaded_overhead,
             TARGET_SESSION_OVERHEAD_MB,
             "MiB",
