@@ -97,7 +97,7 @@ LOG_DIR = Path(tempfile.gettempdir()) / "streamscribe-bench"
 
 @dataclass
 class WorkerProcess:
-    """A ``streamscribe worker`` subprocess; its log goes to a file (kept only on failure)."""
+    """A ``streamscribe worker`` subprocess; its log goes to a file in ``LOG_DIR``."""
 
     worker_id: str
     env: dict[str, str]

@@ -197,8 +197,9 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         "broker benchmark creates its topics under a fresh `bench-<name>-<id>.` prefix and "
         "deletes them at the end; worker subprocesses are stopped (their logs go to "
         "`$TMPDIR/streamscribe-bench/`). Torch runs with 1 intra-op thread by default "
-        "(`--threads N`): on the 2-core machine below, 2 threads made batched VAD 20–40× "
-        "slower whenever other processes held the cores.",
+        "(`--threads N`): on the 2-core machine below, 2 threads made the recognizer 3–9× "
+        "and batched VAD 20–40× slower whenever other processes held the cores (see "
+        "engine_rtf).",
         "",
         "| benchmark | what | mode | measured | wall s |",
         "| --- | --- | --- | --- | --- |",

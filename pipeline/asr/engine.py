@@ -154,6 +154,8 @@ class StreamingEngine:
         self._clock = clock or WallClock()
         self._sessions: dict[SessionKey, Session] = {}
         self._expected_finals_through: dict[SessionKey, int] = {}
+        self.last_step_jobs = 0
+        """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
 
     @property
     def config(self) -> EngineConfig:
@@ -281,6 +283,7 @@ class StreamingEngine:
         if max_jobs is not None:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []
+        self.last_step_jobs = len(jobs)
         batch = self._config.max_batch
         for first in range(0, len(jobs), batch):
             outputs.extend(self._decode(jobs[first : first + batch]))

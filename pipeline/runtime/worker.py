@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -138,6 +139,9 @@ class AsrWorker:
         self._outbox: list[_Record] = []
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
+        self._audio_ms_since_step = 0.0
+        self._gpu = torch.cuda.is_available()
+        self._last_gpu_sample_ms = 0
         self._consumer: Any = None
         self._tx: Any = None
         self._partials: Any = None
@@ -207,8 +211,14 @@ class AsrWorker:
         outputs = self._engine.step(
             max_jobs=self._worker.max_step_jobs, partials=not self._thinning()
         )
-        if outputs:
-            self._metrics.observe_duration(DurationKind.STEP, time.perf_counter() - started)
+        if self._engine.last_step_jobs:
+            self._metrics.observe_step(
+                self._engine.last_step_jobs,
+                time.perf_counter() - started,
+                self._audio_ms_since_step / 1000,
+            )
+            self._audio_ms_since_step = 0.0
+        self._sample_gpu()
         for output in outputs:
             self._route(output)
         self._close_idle_sessions()
@@ -292,6 +302,7 @@ class AsrWorker:
                     EventType.SEQUENCE_GAP, key, {"missing_from": first, "missing_to": end - 1}
                 )
         self._session_partition[key] = partition
+        self._audio_ms_since_step += chunk.duration_ms
         session.needed_offsets.append(offset)
         session.last_activity_ms = self._clock.now_ms()
         session.dirty = True
@@ -438,6 +449,14 @@ class AsrWorker:
         record_key = (event.call_id or self.worker_id).encode()
         self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
         self.status.events[kind.value] = self.status.events.get(kind.value, 0) + 1
+
+    def _sample_gpu(self) -> None:
+        if not self._gpu:
+            return
+        now_ms = self._clock.now_ms()
+        if now_ms - self._last_gpu_sample_ms >= self._settings.metrics.gpu_sample_interval_ms:
+            self._last_gpu_sample_ms = now_ms
+            self._metrics.sample_gpu()
 
     def _drain_notices(self) -> None:
         while True:

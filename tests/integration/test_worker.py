@@ -371,3 +371,79 @@ def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
     assert "account" in finals[0]["text"].lower()
     assert "charged twice" in finals[1]["text"].lower()
     assert finals[0]["end_ms"] <= finals[1]["start_ms"]
+
+
+def _http(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+    except OSError as error:
+        return 0, str(error)
+
+
+def _wait_for_status(url: str, status: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if _http(url)[0] == status:
+            return True
+        time.sleep(1)
+    return False
+
+
+def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
+    own_broker: Any, tmp_path: Path
+) -> None:
+    import socket
+
+    import torch
+
+    from pipeline.runtime.metrics import CATALOGUE
+
+    settings, broker = own_broker
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    calls = load_calls(["utterances/utt01_account.flac"], prefix="metrics-")
+    worker = _worker(
+        settings,
+        "restart-test.metrics",
+        "w-metrics",
+        tmp_path,
+        STREAMSCRIBE_METRICS_PORT=str(port),
+        STREAMSCRIBE_METRICS_HOST="127.0.0.1",
+    )
+    try:
+        assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
+        assert _http(base + "/healthz")[0] == 200
+        Publisher(settings, calls).start().join()
+        events = read_topic(
+            settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(1), 180
+        )
+        assert sessions_ended(1)(events), worker.log()
+        time.sleep(2)  # one more commit: lag and commit durations observed
+        status, text = _http(base + "/metrics")
+        assert status == 200
+        exposed = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line}
+        gpu_only = {"streamscribe_gpu_"}
+        for spec in CATALOGUE:
+            if not torch.cuda.is_available() and spec.name.startswith(tuple(gpu_only)):
+                continue
+            names = spec.series_names
+            assert any(name in exposed for name in names), f"{spec.name} not exposed"
+        assert 'asr_request_total{outcome="ok"}' in text
+        assert 'asr_duration_seconds_count{kind="endpoint_to_final"}' in text
+
+        broker("down")
+        assert _wait_for_status(base + "/readyz", 503, 60), "readiness stays true without Kafka"
+        assert "kafka" in _http(base + "/readyz")[1]
+        broker("up")
+        assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
+    finally:
+        worker.stop_quietly()
