@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import logging
+import signal
 from typing import Any
 
 from pipeline.cli.options import add_env_option, settings_from_args
@@ -41,6 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.runtime.metrics import WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
 
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a worker hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -283,7 +283,7 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
 
 @pytest.fixture
 def own_broker(tmp_path: Path) -> Any:
-    """A broker of this test's own (it gets restarted), on its own port and data folder."""
+    """A broker of this test's own (it gets stopped and started), on its own port and data."""
     import os
     import shutil
     import subprocess
@@ -311,33 +311,6 @@ def own_broker(tmp_path: Path) -> Any:
         yield settings, broker
     finally:
         broker("down")
-
-
-def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) -> None:
-    settings, broker = own_broker
-    group_id = "restart-test.asr"
-    calls = load_calls(CALLS, prefix="restart-")
-    worker = _worker(settings, group_id, "w-restart", tmp_path)
-    try:
-        time.sleep(12)
-        publisher = Publisher(settings, calls, speed=2.0).start()
-        time.sleep(5)
-        broker("down")
-        time.sleep(3)
-        broker("up")
-        publisher.join()
-        events = read_topic(
-            settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(4), 300
-        )
-        assert sum(e["type"] == "session_ended" for e in events) >= 4, worker.log()
-    finally:
-        worker.stop_quietly()
-    finals = read_topic(
-        settings.bootstrap_servers, _topic(settings, "asr.finals"), lambda r: False, 5
-    )
-    texts, counts = _finals_by_id(finals)
-    assert max(counts.values()) == 1
-    assert texts == embedded_finals(calls)
 
 
 def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
