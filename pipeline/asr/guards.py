@@ -19,7 +19,7 @@ class Guard(enum.StrEnum):
     """Which guard suppressed a hypothesis (a metric label and event detail)."""
 
     NO_SPEECH = "no_speech"
-    LOW_LOGPROB = "low_logprob"
+    LOW_LOGPROB = "log_prob"
     COMPRESSION_RATIO = "compression_ratio"
 
 

@@ -19,7 +19,13 @@ from prometheus_client import (
 
 from pipeline.qa.records import RecordRejectReason
 from pipeline.qa.summary import EndReason
-from pipeline.runtime.metrics import LabelSpec, MetricSpec, MetricType, catalogue_markdown
+from pipeline.runtime.metrics import (
+    LabelSpec,
+    MetricSpec,
+    MetricType,
+    catalogue_markdown,
+    enum_values,
+)
 
 __all__ = ["QA_CATALOGUE", "Publication", "QaMetrics", "RecordKind", "qa_catalogue_markdown"]
 
@@ -36,20 +42,16 @@ class Publication(enum.StrEnum):
     """Revision 2 or later: late input changed a published summary."""
 
 
-def _values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
-    return tuple(member.value for member in kind)
-
-
 RECORDS = MetricSpec(
     "qa_records_total",
     MetricType.COUNTER,
-    (LabelSpec("kind", _values(RecordKind)),),
+    (LabelSpec("kind", enum_values(RecordKind)),),
     "Input records accepted from asr.finals / asr.events (events of unused types excluded).",
 )
 REJECTED = MetricSpec(
     "qa_records_rejected_total",
     MetricType.COUNTER,
-    (LabelSpec("reason", _values(RecordRejectReason)),),
+    (LabelSpec("reason", enum_values(RecordRejectReason)),),
     "Malformed or unknown-schema input records skipped (each also reported on asr.events).",
 )
 DUPLICATES = MetricSpec(
@@ -61,13 +63,13 @@ DUPLICATES = MetricSpec(
 CALLS_ENDED = MetricSpec(
     "qa_calls_ended_total",
     MetricType.COUNTER,
-    (LabelSpec("reason", _values(EndReason)),),
+    (LabelSpec("reason", enum_values(EndReason)),),
     "Calls that ended, by how the end was detected.",
 )
 SUMMARIES = MetricSpec(
     "qa_summaries_published_total",
     MetricType.COUNTER,
-    (LabelSpec("publication", _values(Publication)),),
+    (LabelSpec("publication", enum_values(Publication)),),
     "Summaries published to qa.calls: first publication or a later revision.",
 )
 OPEN_CALLS = MetricSpec(

@@ -166,20 +166,21 @@ class MetricSpec:
         return (self.name,)
 
 
-def _values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
+def enum_values(kind: type[enum.StrEnum]) -> tuple[str, ...]:
+    """The values of a label's closed set, in declaration order."""
     return tuple(member.value for member in kind)
 
 
 REQUEST_TOTAL = MetricSpec(
     "asr_request_total",
     MetricType.COUNTER,
-    (LabelSpec("outcome", _values(ChunkOutcome)),),
+    (LabelSpec("outcome", enum_values(ChunkOutcome)),),
     "Audio chunks consumed from audio.chunks, by outcome.",
 )
 DURATION_SECONDS = MetricSpec(
     "asr_duration_seconds",
     MetricType.HISTOGRAM,
-    (LabelSpec("kind", _values(DurationKind)),),
+    (LabelSpec("kind", enum_values(DurationKind)),),
     "Latencies and stage durations in seconds, by kind "
     "(chunk_to_partial and endpoint_to_final are the user-facing latencies).",
     DURATION_BUCKETS_S,
@@ -226,31 +227,35 @@ PAUSED_PARTITIONS = MetricSpec(
 DLQ_TOTAL = MetricSpec(
     "asr_dlq_total",
     MetricType.COUNTER,
-    (LabelSpec("reason", _values(RejectReason), doc="a `RejectReason` (the `dlq-reason` header)"),),
+    (
+        LabelSpec(
+            "reason", enum_values(RejectReason), doc="a `RejectReason` (the `dlq-reason` header)"
+        ),
+    ),
     "Records written to audio.dlq, by reason.",
 )
 HALLUCINATIONS_SUPPRESSED = MetricSpec(
     "asr_hallucinations_suppressed_total",
     MetricType.COUNTER,
-    (LabelSpec("guard", _values(HallucinationGuard)),),
+    (LabelSpec("guard", enum_values(HallucinationGuard)),),
     "Hypotheses (or their tails) thrown away by a hallucination guard, by guard.",
 )
 HOTWORD_UPDATES = MetricSpec(
     "asr_hotword_updates_total",
     MetricType.COUNTER,
-    (LabelSpec("scope", _values(HotwordScope)),),
+    (LabelSpec("scope", enum_values(HotwordScope)),),
     "Hotword list updates applied (from Redis pub/sub or a reload), by scope.",
 )
 PARTIALS_THINNED = MetricSpec(
     "asr_partials_thinned_total",
     MetricType.COUNTER,
     (),
-    "Partials not published because a newer one for the same utterance superseded them.",
+    "Partials skipped under load (finals go first) or dropped on a full producer queue.",
 )
 DEPENDENCY_UP = MetricSpec(
     "streamscribe_dependency_up",
     MetricType.GAUGE,
-    (LabelSpec("dependency", _values(Dependency)),),
+    (LabelSpec("dependency", enum_values(Dependency)),),
     "1 when the dependency answered its last probe, else 0.",
 )
 MODEL_INFO = MetricSpec(

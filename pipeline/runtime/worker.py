@@ -68,7 +68,7 @@ from pipeline.runtime.kafka import (
 from pipeline.runtime.metrics import ChunkOutcome, DurationKind, WorkerMetrics
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
-from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
+from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
 from pipeline.worker.checkpoint import (
     PARTITION_KEY,
     PartitionCheckpoint,
@@ -353,7 +353,7 @@ class AsrWorker:
         elif isinstance(output, Final):
             self._produce_final(output)
         elif isinstance(output, Suppressed):
-            self._metrics.count_suppressed_hallucination(_guard_label(output.guard.value))
+            self._metrics.count_suppressed_hallucination(output.guard.value)
             if output.final:
                 self._finalized(output.key, output.utterance_index)
                 self._event(
@@ -816,19 +816,11 @@ def _text_key(key: bytes | None) -> str | None:
     return key.decode("utf-8", "replace")[:128]
 
 
-def _guard_label(guard: str) -> str:
-    return {"low_logprob": "log_prob"}.get(guard, guard)
-
-
-def _copy_admission(admission: Admission, key: SessionKey) -> Any:
+def _copy_admission(admission: Admission, key: SessionKey) -> AdmissionState | None:
     state = admission.state(key)
     return None if state is None else _clone(state)
 
 
-def _clone(state: Any) -> Any:
-    from pipeline.worker.admission import AdmissionState
-
+def _clone(state: AdmissionState) -> AdmissionState:
+    """A deep copy (a checkpoint must not change with the live state)."""
     return AdmissionState.from_dict(state.to_dict())
-
-
-WorkerFactory = Callable[[Settings], AsrWorker]
