@@ -18,6 +18,7 @@ view of the record value; ``AudioChunk.pcm_int16()`` is a zero-copy ``np.frombuf
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +46,7 @@ SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
 DEFAULT_MAX_PAYLOAD_BYTES = 65536
 MAX_CHANNEL_LABEL_BYTES = 32
 MAX_TENANT_BYTES = 64
+_LABEL = re.compile(r"[A-Za-z0-9._-]+")
 
 
 class Header(enum.StrEnum):
@@ -191,8 +193,7 @@ def _flag(headers: dict[str, bytes], name: Header) -> bool:
 
 def _label(headers: dict[str, bytes], name: Header, max_bytes: int) -> str:
     text = _ascii(headers, name)
-    allowed = text.replace("_", "").replace("-", "").replace(".", "")
-    if not text or len(text) > max_bytes or not allowed.isalnum() or not allowed.isascii():
+    if len(text) > max_bytes or not _LABEL.fullmatch(text):
         raise ChunkRejectedError(
             RejectReason.BAD_HEADER_VALUE,
             f"{name}={text!r} must be 1..{max_bytes} characters of [A-Za-z0-9._-]",
