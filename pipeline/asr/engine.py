@@ -42,6 +42,7 @@ from pipeline.asr.session import (
     SessionStats,
 )
 from pipeline.asr.vad import SpeechGateConfig
+from pipeline.asr.word_edges import VAD_END_LAG_MS, snap_word_edges
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import Final, Partial, Word, utterance_id
 from pipeline.errors import ConfigError
@@ -92,6 +93,8 @@ class EngineConfig:
     guards: GuardConfig = field(default_factory=GuardConfig)
     emit_partials: bool = True
     denoise: bool = False
+    vad_end_lag_ms: int = VAD_END_LAG_MS
+    """How long the VAD keeps calling speech after it ends (see ``pipeline.asr.word_edges``)."""
 
     def __post_init__(self) -> None:
         # The gate widens speech by its pad; the endpoint must know it to measure real silence.
@@ -406,6 +409,14 @@ class StreamingEngine:
             for w in result.words
             if w.text.strip()
         )
+        if job.reason in (EndpointReason.SILENCE, EndpointReason.END_OF_STREAM):
+            # The span ends where the VAD heard silence: its edges beat Whisper's there.
+            pad_ms = self._config.gate.speech_pad_ms
+            words = snap_word_edges(
+                words,
+                speech_start_ms=start_ms + pad_ms,
+                speech_end_ms=max(start_ms, end_ms - pad_ms - self._config.vad_end_lag_ms),
+            )
         emit_ms = self._clock.now_ms()
         capture_ms = session.capture_ms_at(job.decided_at_samples)
         session.stats.utterances += 1

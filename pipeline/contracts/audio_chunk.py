@@ -218,6 +218,130 @@ def decode_chunk(
     Raises:
         ChunkRejectedError: with a ``RejectReason`` value as ``reason``.
     """
+    chunk = _decode_ordinary(key, value, headers, max_payload_bytes)
+    if chunk is not None:
+        return chunk
+    return _decode_checked(key, value, headers, max_payload_bytes=max_payload_bytes)
+
+
+# (version, channel, sample rate, encoding, tenant) header bytes → their validated values. These
+# repeat on every chunk of a session, so each combination is validated once (bounded: cleared
+# when full, a cache miss only costs the full validation).
+_SessionHeaders = tuple[bytes | None, bytes | None, bytes | None, bytes | None, bytes | None]
+_SESSION_HEADER_CACHE: dict[_SessionHeaders, tuple[str, int, Encoding, str]] = {}
+_SESSION_HEADER_CACHE_SIZE = 4096
+# Header name → its place in ``_decode_ordinary``'s unpacking (plain ``str`` keys: comparing with
+# enum members costs more than the rest of the hot path).
+_HEADER_SLOTS: dict[str, int] = {header.value: slot for slot, header in enumerate(Header)}
+
+
+def _decode_ordinary(
+    key: bytes | None,
+    value: bytes | memoryview | None,
+    headers: HeaderList | None,
+    max_payload_bytes: int,
+) -> AudioChunk | None:
+    """The hot path for a valid record (the worker decodes every chunk): the ``AudioChunk``
+    ``_decode_checked`` would return, or ``None`` whenever anything is unusual, in which case
+    ``_decode_checked`` decides (and names the reason). A unit test holds the two to agreement.
+    """
+    if not key or len(key) > MAX_CALL_ID_BYTES or not headers:
+        return None
+    found: list[bytes | None] = [None] * len(_HEADER_SLOTS)
+    for name, raw in headers:
+        if raw is None:
+            continue
+        if not isinstance(raw, bytes):
+            return None
+        slot = _HEADER_SLOTS.get(name)
+        if slot is not None:
+            found[slot] = raw
+    version, channel, seq, rate, encoding, capture, end, flush, tenant = found  # Header order
+    if seq is None or len(seq) > 19 or not seq.isdigit():
+        return None
+    if capture is not None and (len(capture) > 19 or not capture.isdigit()):
+        return None
+    if end not in (None, b"0", b"1") or flush not in (None, b"0", b"1"):
+        return None
+    session_headers = (version, channel, rate, encoding, tenant)
+    known = _SESSION_HEADER_CACHE.get(session_headers)
+    if known is None:
+        known = _validate_session_headers(session_headers)
+        if known is None:
+            return None
+        if len(_SESSION_HEADER_CACHE) >= _SESSION_HEADER_CACHE_SIZE:
+            _SESSION_HEADER_CACHE.clear()
+        _SESSION_HEADER_CACHE[session_headers] = known
+    channel_label, sample_rate_hz, chunk_encoding, tenant_label = known
+    try:
+        call_id = bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    payload = memoryview(value if value is not None else b"").cast("B")
+    end_of_stream, flushes = end == b"1", flush == b"1"
+    if (
+        len(payload) > max_payload_bytes
+        or len(payload) % chunk_encoding.bytes_per_sample
+        or not (payload or end_of_stream or flushes)
+    ):
+        return None
+    return AudioChunk(
+        call_id=call_id,
+        channel=channel_label,
+        seq=int(seq),
+        sample_rate_hz=sample_rate_hz,
+        encoding=chunk_encoding,
+        payload=payload,
+        capture_ms=None if capture is None else int(capture),
+        end_of_stream=end_of_stream,
+        flush=flushes,
+        tenant=tenant_label,
+    )
+
+
+def _validate_session_headers(
+    session_headers: _SessionHeaders,
+) -> tuple[str, int, Encoding, str] | None:
+    """Channel, sample rate, encoding and tenant when all are valid (and the version is ours)."""
+    version, channel, rate, encoding, tenant = session_headers
+    if version is None or channel is None or rate is None or encoding is None:
+        return None
+    found: dict[str, bytes] = {Header.VERSION: version, Header.CHANNEL: channel}
+    if tenant is not None:
+        found[Header.TENANT] = tenant
+    try:
+        if version != str(CONTRACT_VERSION).encode():
+            return None
+        rate_hz = int(rate) if rate.isdigit() else 0
+        if rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
+            return None
+        chunk_encoding = Encoding(encoding.decode("ascii"))
+        channel_label = _label(found, Header.CHANNEL, MAX_CHANNEL_LABEL_BYTES)
+        tenant_label = (
+            "default" if tenant is None else _label(found, Header.TENANT, MAX_TENANT_BYTES)
+        )
+    except (ChunkRejectedError, UnicodeDecodeError, ValueError):
+        return None
+    return channel_label, rate_hz, chunk_encoding, tenant_label
+
+
+def _decode_checked(
+    key: bytes | None,
+    value: bytes | memoryview | None,
+    headers: HeaderList | None,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> AudioChunk:
+    """Every check of ``decode_chunk``, one at a time, raising at the first failure.
+
+    Checks, in this order (the first failure decides the reason): key present and valid UTF-8
+    of at most 128 bytes; required headers present; version known; sample rate, encoding,
+    sequence, flags and labels well formed; payload size within ``max_payload_bytes``, a whole
+    number of samples, and non-empty unless the chunk ends the stream or flushes.
+
+    Raises:
+        ChunkRejectedError: with a ``RejectReason`` value as ``reason``.
+    """
     if not key:
         raise ChunkRejectedError(RejectReason.MISSING_KEY, "record has no key (the call id)")
     if len(key) > MAX_CALL_ID_BYTES:

@@ -54,6 +54,7 @@ __all__ = [
     "LabelSpec",
     "MetricSpec",
     "MetricType",
+    "RewindCause",
     "WorkerMetrics",
     "catalogue_markdown",
     "read_gpu_samples",
@@ -102,6 +103,16 @@ class HallucinationGuard(enum.StrEnum):
     LOG_PROB = "log_prob"
     REPETITION = "repetition"
     WORDS_PER_SECOND = "words_per_second"
+
+
+class RewindCause(enum.StrEnum):
+    """Why a worker threw away its uncommitted work and rewound to its committed offsets."""
+
+    FAILED = "failed"
+    """Kafka refused or timed out a transactional call; the transaction was aborted."""
+    STUCK = "stuck"
+    """A transactional call did not return within its bound (a librdkafka hang while the
+    group coordinator is unreachable); the transactional producer was replaced."""
 
 
 class HotwordScope(enum.StrEnum):
@@ -252,6 +263,13 @@ PARTIALS_THINNED = MetricSpec(
     (),
     "Partials skipped under load (finals go first) or dropped on a full producer queue.",
 )
+TRANSACTION_REWINDS = MetricSpec(
+    "asr_transaction_rewinds_total",
+    MetricType.COUNTER,
+    (LabelSpec("cause", enum_values(RewindCause)),),
+    "Commits that failed and rewound the worker to its committed offsets (the work is "
+    "replayed, finals stay exactly once), by cause.",
+)
 DEPENDENCY_UP = MetricSpec(
     "streamscribe_dependency_up",
     MetricType.GAUGE,
@@ -306,6 +324,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     HALLUCINATIONS_SUPPRESSED,
     HOTWORD_UPDATES,
     PARTIALS_THINNED,
+    TRANSACTION_REWINDS,
     DEPENDENCY_UP,
     MODEL_INFO,
     GPU_UTILIZATION,
@@ -409,6 +428,10 @@ class WorkerMetrics:
             gc_collector.GCCollector(registry=registry)
         self.registry = registry
         self._request_total = _counter(REQUEST_TOTAL, registry)
+        # Resolved once: ``labels()`` costs more than the rest of a chunk's bookkeeping.
+        self._chunks_by_outcome = {
+            outcome.value: self._request_total.labels(outcome.value) for outcome in ChunkOutcome
+        }
         self._duration = _histogram(DURATION_SECONDS, registry)
         self._real_time_factor = _histogram(REAL_TIME_FACTOR, registry)
         self._batch_size = _histogram(BATCH_SIZE, registry)
@@ -420,6 +443,7 @@ class WorkerMetrics:
         self._hallucinations = _counter(HALLUCINATIONS_SUPPRESSED, registry)
         self._hotword_updates = _counter(HOTWORD_UPDATES, registry)
         self._partials_thinned = _counter(PARTIALS_THINNED, registry)
+        self._transaction_rewinds = _counter(TRANSACTION_REWINDS, registry)
         self._dependency_up = _gauge(DEPENDENCY_UP, registry)
         self._model_info = Info(
             MODEL_INFO.name.removesuffix("_info"), MODEL_INFO.help, registry=registry
@@ -431,7 +455,10 @@ class WorkerMetrics:
 
     def count_chunk(self, outcome: ChunkOutcome | str, count: int = 1) -> None:
         """``count`` consumed chunks ended as ``outcome``."""
-        self._request_total.labels(ChunkOutcome(outcome).value).inc(count)
+        child = self._chunks_by_outcome.get(outcome)
+        if child is None:
+            raise ValueError(f"{outcome!r} is not a ChunkOutcome")
+        child.inc(count)
 
     def observe_duration(self, kind: DurationKind | str, seconds: float) -> None:
         self._duration.labels(DurationKind(kind).value).observe(seconds)
@@ -477,6 +504,9 @@ class WorkerMetrics:
 
     def count_thinned_partials(self, count: int = 1) -> None:
         self._partials_thinned.inc(count)
+
+    def count_transaction_rewind(self, cause: RewindCause | str) -> None:
+        self._transaction_rewinds.labels(RewindCause(cause).value).inc()
 
     def set_dependency_up(self, dependency: Dependency | str, up: bool) -> None:
         self._dependency_up.labels(Dependency(dependency).value).set(1 if up else 0)

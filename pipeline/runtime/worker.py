@@ -65,7 +65,7 @@ from pipeline.runtime.kafka import (
     partials_producer_config,
     transactional_producer_config,
 )
-from pipeline.runtime.metrics import ChunkOutcome, DurationKind, WorkerMetrics
+from pipeline.runtime.metrics import ChunkOutcome, DurationKind, RewindCause, WorkerMetrics
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
@@ -84,6 +84,9 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_READ_TIMEOUT_S = 30.0
 TRANSACTION_TIMEOUT_S = 30.0
+# How long past its own timeout a transactional call may block before the producer is given up
+# as stuck (see ``_bounded``).
+STUCK_GRACE_S = 5.0
 
 
 def default_worker_id() -> str:
@@ -503,10 +506,11 @@ class AsrWorker:
             return
         # Everything of this commit is produced now, so a transaction lives only for the
         # produce + commit round trips, never for a long recognizer step.
+        producer = self._tx
         try:
-            self._tx.begin_transaction()
+            producer.begin_transaction()
             for record in self._outbox:
-                self._tx.produce(
+                producer.produce(
                     record.topic,
                     key=record.key,
                     value=record.value,
@@ -516,13 +520,19 @@ class AsrWorker:
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
                 _retrying(
-                    lambda: self._tx.send_offsets_to_transaction(
-                        offsets, metadata, TRANSACTION_TIMEOUT_S
+                    lambda: _bounded(
+                        lambda: producer.send_offsets_to_transaction(
+                            offsets, metadata, TRANSACTION_TIMEOUT_S
+                        )
                     )
                 )
-            _retrying(lambda: self._tx.commit_transaction(TRANSACTION_TIMEOUT_S))
-        except KafkaException as error:
+            _retrying(lambda: _bounded(lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S)))
+        except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
+            self._finals_in_tx.clear()
+            if self._stop.is_set():
+                # Shutting down: no rewind; the partitions' next owner replays the work.
+                raise InfrastructureError(f"the last commit failed: {error}") from None
             self._transaction_failed(error)
             return
         self._outbox.clear()
@@ -599,24 +609,65 @@ class AsrWorker:
                 partition=partition,
             )
 
-    def _transaction_failed(self, error: KafkaException) -> None:
-        """Abort and rewind: drop in-RAM state and replay from the committed offsets."""
-        kafka_error = error.args[0]
-        if kafka_error.fatal():
-            raise InfrastructureError(f"fatal Kafka transaction error: {kafka_error}") from None
-        logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+    def _transaction_failed(self, error: KafkaException | _StuckCallError) -> None:
+        """Abort (or replace a stuck producer) and rewind: drop in-RAM state and replay from the
+        committed offsets and checkpoints. A fatal error (e.g. this worker fenced) is raised."""
+        cause = RewindCause.STUCK
+        if isinstance(error, KafkaException):
+            kafka_error = error.args[0]
+            if kafka_error.fatal():
+                raise InfrastructureError(f"fatal Kafka transaction error: {kafka_error}") from None
+            logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+            producer = self._tx
+            try:
+                _retrying(
+                    lambda: _bounded(lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
+                )
+                cause = RewindCause.FAILED
+            except KafkaException as abort_error:
+                raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
+            except _StuckCallError as stuck:
+                error = stuck
+        if cause is RewindCause.STUCK:
+            logger.error("%s; replacing the transactional producer and rewinding", error)
+            self._replace_producer()
+        self._metrics.count_transaction_rewind(cause)
+        self._rewind()
+
+    def _replace_producer(self) -> None:
+        """A new transactional producer with the same transactional id.
+
+        Its ``init_transactions`` fences the stuck one and completes that one's open transaction
+        (committed if its commit had reached the coordinator, else aborted), so the committed
+        offsets and checkpoints that ``_rewind`` reads afterwards are consistent. The stuck
+        producer is never touched again: the thread blocked inside it keeps it alive, and frees
+        it if the call ever returns.
+        """
+        kafka = self._settings.kafka
+        self._tx = Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+        producer = self._tx
         try:
-            _retrying(lambda: self._tx.abort_transaction(TRANSACTION_TIMEOUT_S))
-        except KafkaException as abort_error:
-            raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
-        self._finals_in_tx.clear()
+            _retrying(lambda: _bounded(lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S)))
+        except (KafkaException, _StuckCallError) as error:
+            raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
+
+    def _rewind(self) -> None:
+        """Forget every owned session, rebuild from checkpoints, seek to the committed offsets."""
         partitions = list(self._partitions)
         self._forget(partitions)
         self._restore(partitions)
-        committed = self._consumer.committed(
-            [TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], p) for p in partitions],
-            TRANSACTION_TIMEOUT_S,
-        )
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        committed: list[TopicPartition] = []
+
+        def read_committed_offsets() -> None:
+            committed[:] = self._consumer.committed(
+                [TopicPartition(topic, p) for p in partitions], TRANSACTION_TIMEOUT_S
+            )
+
+        try:
+            _retrying(read_committed_offsets)
+        except KafkaException as error:
+            raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
@@ -797,6 +848,39 @@ def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> Non
                 raise
             logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
             time.sleep(0.5)
+
+
+class _StuckCallError(InfrastructureError):
+    """A transactional call that did not return within its timeout plus ``STUCK_GRACE_S``."""
+
+
+def _bounded(operation: Callable[[], object], bound_s: float = TRANSACTION_TIMEOUT_S) -> None:
+    """Run ``operation`` (a librdkafka call given ``bound_s`` as its own timeout) on a helper
+    thread; raise ``_StuckCallError`` when it is still running ``STUCK_GRACE_S`` after that.
+
+    librdkafka's ``send_offsets_to_transaction`` can block far past its timeout while the group
+    coordinator is unreachable (confluentinc/librdkafka#5456: the coordinator request's timeout
+    is never checked), which would freeze the loop past ``max.poll.interval.ms``. A stuck call
+    keeps running on its daemon thread; the caller must give up the producer it was using.
+    Whatever ``operation`` raises is raised here.
+    """
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            operation()
+        except BaseException as error:  # handed to the waiting thread
+            failure.append(error)
+
+    thread = threading.Thread(target=call, name="kafka-transaction-call", daemon=True)
+    thread.start()
+    thread.join(bound_s + STUCK_GRACE_S)
+    if thread.is_alive():
+        raise _StuckCallError(
+            f"a transactional Kafka call is stuck after {bound_s + STUCK_GRACE_S:.0f} s"
+        )
+    if failure:
+        raise failure[0]
 
 
 @dataclass(frozen=True, slots=True)

@@ -412,7 +412,9 @@ def test_registry_keeps_its_lists_while_redis_is_down_and_recovers(
         assert bias is not None
 
         own_redis.stop()
-        wait_for(lambda: registry.redis_up is False, "the outage to be noticed")
+        # The callback runs just after ``redis_up`` flips: wait for the callback.
+        wait_for(lambda: recorder.states[-1:] == [False], "the outage to be reported")
+        assert registry.redis_up is False
         assert recorder.states == [True, False]
         assert registry.bias_for("acme", "c1") is bias
         assert phrases(registry, "acme", "c1") == ["Niamh", "Zyrtec"]
@@ -420,7 +422,8 @@ def test_registry_keeps_its_lists_while_redis_is_down_and_recovers(
             store.add(ListRef("acme"), ["Ozempic"])
 
         own_redis.start()
-        wait_for(lambda: registry.redis_up is True, "the reconnect")
+        wait_for(lambda: recorder.states[-1:] == [True], "the reconnect to be reported")
+        assert registry.redis_up is True
         assert recorder.states == [True, False, True]
         assert phrases(registry, "acme", "c1") == ["Niamh", "Zyrtec"]
         store.add(ListRef("acme"), ["Ozempic"])
@@ -447,7 +450,7 @@ def test_registry_started_while_redis_is_down_waits_and_then_loads(
         own_redis.start()
         assert registry.wait_loaded(DEADLINE_S)
         assert phrases(registry, "acme") == ["Niamh"]
-        assert recorder.states == [False, True]
+        wait_for(lambda: recorder.states == [False, True], "the recovery to be reported")
     finally:
         registry.stop()
         store.client.close()

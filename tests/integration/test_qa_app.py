@@ -11,127 +11,45 @@ its finals, and every ended call has exactly one summary per revision.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from pipeline.contracts.messages import EventType, Final, to_json
-from pipeline.runtime.admin import TopicAdmin
 from pipeline.settings import KafkaSettings
-from tests.conftest import REPO, validate
+from tests.conftest import validate
+from tests.integration.qa_harness import (
+    APP_ID,
+    QaProcess,
+    Reader,
+    committed_everything,
+    delete_internal_topics,
+    free_port,
+    wait_for,
+)
 from tests.qa_builders import final, session
 
 pytestmark = pytest.mark.integration
 
-APP_ID = "streamscribe-qa"
-WAIT_S = 90.0
 STARTED, ENDED = EventType.SESSION_STARTED, EventType.SESSION_ENDED
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-def _wait_for(what: str, condition: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class QaProcess:
-    """One `python -m pipeline qa` subprocess with its log file and web port."""
-
-    def __init__(self, settings: KafkaSettings, port: int, log: Path) -> None:
-        self.port = port
-        self.log = log
-        self._env = {
-            **os.environ,
-            "STREAMSCRIBE_KAFKA_BOOTSTRAP": settings.bootstrap_servers,
-            "STREAMSCRIBE_TOPIC_PREFIX": settings.topic_prefix,
-            "STREAMSCRIBE_QA_WEB_PORT": str(port),
-            "STREAMSCRIBE_QA_WEB_BIND": "127.0.0.1",
-            "STREAMSCRIBE_QA_PARTITIONS": "3",
-            "STREAMSCRIBE_QA_IDLE_TIMEOUT_MS": "3000",
-            "STREAMSCRIBE_QA_END_GRACE_MS": "1000",
-            "TMPDIR": str(log.parent),  # faust's (empty) data folder
-        }
-        self._env.pop("STREAMSCRIBE_CONFIG", None)
-        self._process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self._process = subprocess.Popen(
-                [sys.executable, "-m", "pipeline", "qa"],
-                cwd=REPO,
-                env=self._env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_for("the QA app to be ready", self._ready)
-
-    def _ready(self) -> bool:
-        assert self._process is not None
-        if self._process.poll() is not None:
-            raise AssertionError(f"the QA app exited early:\n{self.tail()}")
-        try:
-            return self.get("/readyz")[0] == 200
-        except OSError:
-            return False
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as response:
-                return int(response.status), bytes(response.read())
-        except urllib.error.HTTPError as error:
-            return int(error.code), bytes(error.read())
-
-    def stop(self, sig: signal.Signals) -> int:
-        assert self._process is not None
-        self._process.send_signal(sig)
-        return self._process.wait(timeout=60)
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
-
-    def close(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.kill()
-            self._process.wait(timeout=30)
 
 
 @pytest.fixture
 def qa_topics(topics: KafkaSettings) -> Iterator[KafkaSettings]:
     """The declared topics, plus cleanup of the topics the QA app creates for itself."""
     yield topics
-    internal = f"{topics.topic_prefix}{APP_ID}-"
-    existing = AdminClient({"bootstrap.servers": topics.bootstrap_servers}).list_topics(timeout=10)
-    TopicAdmin(topics).delete([name for name in existing.topics if name.startswith(internal)])
+    delete_internal_topics(topics)
 
 
 @pytest.fixture
 def qa_app(qa_topics: KafkaSettings, tmp_path: Path) -> Iterator[QaProcess]:
-    process = QaProcess(qa_topics, _free_port(), tmp_path / "qa.log")
+    process = QaProcess(qa_topics, free_port(), tmp_path / "qa.log")
     try:
         yield process
     except BaseException:
@@ -172,62 +90,6 @@ def _events(
         ("asr.events", call_id, to_json(session(kind, channel, call_id=call_id, **detail)))
         for channel, detail in channels.items()
     ]
-
-
-class Reader:
-    """A read_committed consumer of one topic that keeps everything it has read."""
-
-    def __init__(self, settings: KafkaSettings, role: str) -> None:
-        self._consumer = Consumer(
-            {
-                "bootstrap.servers": settings.bootstrap_servers,
-                "group.id": f"test-{uuid.uuid4().hex}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-            }
-        )
-        self._consumer.subscribe([f"{settings.topic_prefix}{role}"])
-        self.records: list[tuple[str | None, dict[str, Any]]] = []
-
-    def poll(self) -> None:
-        for message in self._consumer.consume(num_messages=100, timeout=0.5):
-            assert message.error() is None, message.error()
-            key = message.key().decode() if message.key() is not None else None
-            self.records.append((key, orjson.loads(message.value())))
-
-    def wait(self, count: int) -> list[tuple[str | None, dict[str, Any]]]:
-        def enough() -> bool:
-            self.poll()
-            return len(self.records) >= count
-
-        _wait_for(f"{count} records", enough)
-        return self.records
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
-def _committed_everything(settings: KafkaSettings) -> bool:
-    """Whether the app's group has committed every offset of its input topic."""
-    topic = f"{settings.topic_prefix}{APP_ID}-input"
-    probe = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap_servers,
-            "group.id": f"{settings.topic_prefix}{APP_ID}",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        partitions = [TopicPartition(topic, p) for p in range(3)]
-        committed = probe.committed(partitions, timeout=10)
-        for tp in committed:
-            high = probe.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=10)[1]
-            if high > 0 and tp.offset < high:
-                return False
-        return True
-    finally:
-        probe.close()
 
 
 CALL_A, CALL_B, CALL_C = "qa-call-a", "qa-call-b", "qa-call-c"
@@ -315,7 +177,7 @@ def test_summaries_web_views_and_recovery_after_a_crash(
                 e for _, e in events.records if e["source"] == f"{settings.topic_prefix}{APP_ID}"
             ]
 
-        _wait_for("two rejection events", lambda: len(rejections()) == 2)
+        wait_for("two rejection events", lambda: len(rejections()) == 2)
         for event in rejections():
             validate("event", event)
             assert event["detail"]["topic"] == f"{settings.topic_prefix}asr.finals"
@@ -323,7 +185,7 @@ def test_summaries_web_views_and_recovery_after_a_crash(
 
         # Crash once the app has committed what it read (its tables' changelogs are flushed
         # before every commit), then restart: the tables must come back from the changelogs.
-        _wait_for("the app to commit its input", lambda: _committed_everything(settings))
+        wait_for("the app to commit its input", lambda: committed_everything(settings))
         assert qa_app.stop(signal.SIGKILL) == -signal.SIGKILL
 
         _produce(

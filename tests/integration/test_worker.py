@@ -313,6 +313,40 @@ def own_broker(tmp_path: Path) -> Any:
         broker("down")
 
 
+def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) -> None:
+    """The only broker goes away for a few seconds while calls stream; the worker rides it out:
+    every final exactly once, equal to the embedded engine's."""
+    settings, broker = own_broker
+    group_id = "restart-test.asr"
+    calls = load_calls(CALLS, prefix="restart-")
+    worker = _worker(settings, group_id, "w-restart", tmp_path)
+    try:
+        read_topic(
+            settings.bootstrap_servers,
+            _topic(settings, "asr.events"),
+            lambda records: any(r["type"] == "partitions_assigned" for r in records),
+            120,
+        )
+        publisher = Publisher(settings, calls, speed=2.0).start()
+        time.sleep(5)
+        broker("down")
+        time.sleep(3)
+        broker("up")
+        publisher.join()
+        events = read_topic(
+            settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(4), 300
+        )
+        assert sum(e["type"] == "session_ended" for e in events) >= 4, worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(
+        settings.bootstrap_servers, _topic(settings, "asr.finals"), lambda r: False, 5
+    )
+    texts, counts = _finals_by_id(finals)
+    assert max(counts.values()) == 1, worker.log()
+    assert texts == embedded_finals(calls)
+
+
 def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:

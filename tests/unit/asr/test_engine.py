@@ -32,6 +32,7 @@ from pipeline.asr.guards import Guard
 from pipeline.asr.recognizer import Recognition, RecognitionRequest
 from pipeline.asr.session import SessionKey, SessionSnapshot
 from pipeline.asr.vad import EnergyVad
+from pipeline.asr.word_edges import VAD_END_LAG_MS
 from pipeline.audio.resample import to_16k
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final, Partial, to_json
@@ -178,10 +179,15 @@ def test_final_text_and_word_timings_come_from_the_recognizer() -> None:
     expected = audio_words(RecognitionRequest(audio[start * 16 : end * 16], with_word_timings=True))
     assert final.text == expected.text.strip()
     assert [w.word for w in final.words] == [w.text.strip() for w in expected.words]
-    # Word times are shifted from the utterance's audio to the call's.
-    assert [(w.start_ms, w.end_ms) for w in final.words] == [
-        (start + (w.start_ms or 0), start + (w.end_ms or 0)) for w in expected.words
-    ]
+    # Word times are shifted from the utterance's audio to the call's ...
+    shifted = [(start + (w.start_ms or 0), start + (w.end_ms or 0)) for w in expected.words]
+    assert len(shifted) >= 3
+    assert [(w.start_ms, w.end_ms) for w in final.words][1:-1] == shifted[1:-1]
+    # ... and the utterance's edges come from the VAD, less its 60 ms pad and its end lag.
+    assert final.words[0].start_ms == max(shifted[0][0], start + 60)
+    assert final.words[0].end_ms == shifted[0][1]
+    assert final.words[-1].start_ms == shifted[-1][0]
+    assert final.words[-1].end_ms == end - 60 - VAD_END_LAG_MS
     assert all(w.probability == 0.9 for w in final.words)
     assert final.model_id == "fake-asr"
     assert final.emit_ms == EMIT_MS

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.contracts import audio_chunk
 from pipeline.contracts.audio_chunk import (
     CONTRACT_VERSION,
     MAX_CALL_ID_BYTES,
@@ -185,3 +186,37 @@ def test_code_and_machine_readable_contract_agree() -> None:
     assert [h["name"] for h in contract["headers"]] == [h.value for h in Header]
     required = [h["name"] for h in contract["headers"] if h["required"]]
     assert required == [h.value for h in REQUIRED_HEADERS]
+
+
+header_values = st.sampled_from(
+    [b"1", b"2", b"0", b"16000", b"8000", b"44100", b"pcm_s16le", b"mulaw", b"alaw", b"opus",
+     b"agent", b"customer", b"a b", b"", b"-", b"x" * 65, b"12", b"-1", b"1e3", b"\xff", b"yes",
+     "agent", None]
+)  # fmt: skip
+header_lists = st.lists(
+    st.tuples(st.sampled_from([h.value for h in Header] + ["x-other"]), header_values),
+    max_size=12,
+)
+record_values = st.sampled_from([None, b"", b"\0", b"\0\0", b"\0" * 640, b"\0" * 65538])
+record_keys = st.sampled_from([None, b"", b"call-1", b"\xff\xfe", b"x" * (MAX_CALL_ID_BYTES + 1)])
+
+
+@given(record_keys, record_values, header_lists, st.data())
+def test_the_hot_path_agrees_with_the_full_validation(
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | str | None]],
+    data: st.DataObject,
+) -> None:
+    """``decode_chunk`` tries a cached hot path first: it must return exactly what the full
+    validation returns, or leave the decision (and the reason) to it."""
+    if data.draw(st.booleans()):  # most generated lists are invalid; make half of them valid
+        headers = [*good_headers(), *headers[:3]]
+    fast = audio_chunk._decode_ordinary(key, value, headers, audio_chunk.DEFAULT_MAX_PAYLOAD_BYTES)
+    try:
+        checked = audio_chunk._decode_checked(key, value, headers)
+    except ChunkRejectedError:
+        assert fast is None
+        return
+    assert fast is None or fast == checked
+    assert decode_chunk(key, value, headers) == checked
