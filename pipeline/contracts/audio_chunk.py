@@ -90,7 +90,10 @@ class Encoding(enum.StrEnum):
 
     @property
     def bytes_per_sample(self) -> int:
-        return 2 if self is Encoding.PCM_S16LE else 1
+        return _BYTES_PER_SAMPLE[self]
+
+
+_BYTES_PER_SAMPLE = {Encoding.PCM_S16LE: 2, Encoding.MULAW: 1, Encoding.ALAW: 1}
 
 
 class RejectReason(enum.StrEnum):
@@ -332,16 +335,8 @@ def _decode_checked(
     *,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> AudioChunk:
-    """Every check of ``decode_chunk``, one at a time, raising at the first failure.
-
-    Checks, in this order (the first failure decides the reason): key present and valid UTF-8
-    of at most 128 bytes; required headers present; version known; sample rate, encoding,
-    sequence, flags and labels well formed; payload size within ``max_payload_bytes``, a whole
-    number of samples, and non-empty unless the chunk ends the stream or flushes.
-
-    Raises:
-        ChunkRejectedError: with a ``RejectReason`` value as ``reason``.
-    """
+    """Every check of ``decode_chunk``, one at a time, raising ``ChunkRejectedError`` with the
+    reason of the first that fails (the order is ``decode_chunk``'s)."""
     if not key:
         raise ChunkRejectedError(RejectReason.MISSING_KEY, "record has no key (the call id)")
     if len(key) > MAX_CALL_ID_BYTES:

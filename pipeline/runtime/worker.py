@@ -285,7 +285,8 @@ class AsrWorker:
         session = progress.session(key)
         if offset <= session.skip_through:
             return  # covered by the session's restored snapshot
-        decision = self._admission.decide(key, chunk.seq, chunk.duration_ms, chunk.end_of_stream)
+        duration_ms = chunk.duration_ms
+        decision = self._admission.decide(key, chunk.seq, duration_ms, chunk.end_of_stream)
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
                 self._metrics.count_chunk(ChunkOutcome.DUPLICATE)
@@ -305,7 +306,7 @@ class AsrWorker:
                     EventType.SEQUENCE_GAP, key, {"missing_from": first, "missing_to": end - 1}
                 )
         self._session_partition[key] = partition
-        self._audio_ms_since_step += chunk.duration_ms
+        self._audio_ms_since_step += duration_ms
         session.needed_offsets.append(offset)
         session.last_activity_ms = self._clock.now_ms()
         session.dirty = True
