@@ -431,3 +431,26 @@ def bench_parser(name: str, description: str) -> argparse.ArgumentParser:
         help=f"torch intra-op threads (default {DEFAULT_TORCH_THREADS}; see bench/README.md)",
     )
     return parser
+
+
+def add_device_option(parser: argparse.ArgumentParser) -> None:
+    """``--device cpu|cuda`` for the benchmarks that run the recognizer (CUDA: float16)."""
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="torch device; CUDA results are written beside the CPU ones as <name>-cuda.*",
+    )
+
+
+def result_name(name: str, device: str) -> str:
+    """The results' file stem: ``name`` on CPU, ``name-<device>`` elsewhere."""
+    return name if device == "cpu" else f"{name}-{device}"
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work, so a wall-clock timing covers it (no-op on CPU)."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()

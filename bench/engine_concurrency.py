@@ -27,6 +27,7 @@ channels (cycled for large N), each starting at a random offset within the first
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from bench.common import (
     SHARED_MACHINE_NOTE,
     CpuMeter,
     Target,
+    add_device_option,
     bench_parser,
     call_clips,
     fmt,
@@ -48,6 +50,7 @@ from bench.common import (
     percentiles,
     plain_log_axis,
     release_memory,
+    result_name,
     rss_bytes,
     write_results,
 )
@@ -253,14 +256,23 @@ def quiet_sessions(engine: StreamingEngine, sessions: int, audio_s: float) -> di
     }
 
 
-def measure(levels: Sequence[int], duration_s: float, threads: int, quiet: int) -> dict[str, Any]:
-    settings = AsrSettings(device="cpu", threads=threads)
+def measure(
+    levels: Sequence[int],
+    duration_s: float,
+    threads: int,
+    quiet: int,
+    device: str = "cpu",
+    max_batch: int | None = None,
+) -> dict[str, Any]:
+    settings = AsrSettings(device=device, threads=threads)
+    if max_batch is not None:
+        settings = dataclasses.replace(settings, max_batch=max_batch)
     # What build_engine does, keeping a handle on the recognizer for the warm-up.
-    vad = SileroVad(device="cpu")
+    vad = SileroVad(device=device)
     torch.set_num_threads(threads)
     recognizer = WhisperRecognizer(
         WhisperSettings(
-            device="cpu", margin_ms=settings.margin_ms, min_window_ms=settings.min_window_ms
+            device=device, margin_ms=settings.margin_ms, min_window_ms=settings.min_window_ms
         )
     )
     engine = StreamingEngine(recognizer, vad, engine_config(settings))
@@ -288,7 +300,7 @@ def _mb(value: float | None) -> str:
     return fmt(None if value is None else value / 2**20, 2)
 
 
-def markdown(results: dict[str, Any], threads: int) -> str:
+def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
     rows = []
     for level in results["levels"].values():
         p, f, mem = level["chunk_to_partial_ms"], level["endpoint_to_final_ms"], level["memory"]
@@ -311,7 +323,9 @@ def markdown(results: dict[str, Any], threads: int) -> str:
     return "\n\n".join(
         [
             "## Concurrent real-time channels through one engine (no Kafka)",
-            f"Whisper tiny.en + silero VAD on CPU, {threads} torch thread(s); latencies in ms "
+            f"Whisper tiny.en + silero VAD on {device.upper()}"
+            + ("" if device == "cpu" else " (float16)")
+            + f", {threads} torch thread(s); latencies in ms "
             "as P50 / P95 / P99; memory in MiB (per session: median of 1 s samples while all "
             "sessions are open; overhead = (RSS growth − buffered audio) / sessions, an upper "
             "bound that includes the decoder's working memory).",
@@ -390,12 +404,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--channels", type=int, nargs="+", help="concurrency levels")
     parser.add_argument("--duration-s", type=float, help="audio per channel (s)")
     parser.add_argument("--quiet-sessions", type=int, help="sessions of the memory run")
+    parser.add_argument("--max-batch", type=int, help="sessions per forward pass (default 16)")
+    add_device_option(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
     levels = args.channels or (QUICK_CHANNELS if args.quick else FULL_CHANNELS)
     duration_s = args.duration_s or (15.0 if args.quick else 30.0)
     quiet = args.quiet_sessions or (200 if args.quick else 1000)
-    results = measure(levels, duration_s, args.threads, quiet)
+    results = measure(levels, duration_s, args.threads, quiet, args.device, args.max_batch)
     at_target = results["levels"].get(str(TARGET_CHANNELS))
     quiet_overhead = results["quiet_sessions"]["overhead_per_session_bytes"] / 2**20
     loaded_overhead = None
@@ -430,9 +446,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ]
     latency_figure, memory_figure = plot(results)
     write_results(
-        NAME,
+        result_name(NAME, args.device),
         quick=args.quick,
         config={
+            "device": args.device,
+            "max_batch": args.max_batch or AsrSettings().max_batch,
             "channels": list(levels),
             "audio_s_per_channel": duration_s,
             "torch_threads": args.threads,
@@ -442,7 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "asr": "AsrSettings() defaults (hop 500 ms, max_batch 16, min window 10 s)",
         },
         results=results,
-        markdown=markdown(results, args.threads),
+        markdown=markdown(results, args.threads, args.device),
         targets=targets,
         figures={"": latency_figure, "memory": memory_figure},
         notes=[
@@ -453,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started_s=started,
         out=args.out,
     )
-    print(markdown(results, args.threads))
+    print(markdown(results, args.threads, args.device))
     return 0
 
 

@@ -1,6 +1,7 @@
 """Real-time factor of the recognizer by batch size, with a per-stage split, and VAD cost.
 
-    .venv/bin/python -m bench.engine_rtf [--quick] [--repeats N]
+    .venv/bin/python -m bench.engine_rtf [--quick] [--repeats N] [--batch-sizes 1 4 16]
+                                          [--device cuda]
 
 What one ``WhisperRecognizer.recognize`` call costs for a batch of 1, 4 and 16 utterance
 windows (the 12 clean fixture utterances, 3–5 s each, cycled to fill a batch; windows as the
@@ -34,11 +35,14 @@ import torch
 from bench.common import (
     SHARED_MACHINE_NOTE,
     FixtureClip,
+    add_device_option,
     bench_parser,
     fmt,
     markdown_table,
     new_figure,
+    result_name,
     single_clips,
+    synchronize,
     write_results,
 )
 from pipeline.asr.recognizer import RecognitionRequest
@@ -59,6 +63,8 @@ def _timed(timings: dict[str, list[float]], stage: str, run: Callable[..., T], *
     """Call ``run(*args)``, append its wall time to ``timings[stage]``, return its result."""
     started = time.perf_counter()
     result = run(*args)
+    if torch.cuda.is_available():
+        synchronize("cuda")  # queued kernels belong to this stage
     timings.setdefault(stage, []).append(time.perf_counter() - started)
     return result
 
@@ -85,9 +91,11 @@ def _mels(
     return mels, contents
 
 
-def measure(repeats: int, batch_sizes: Sequence[int], threads: int) -> dict[str, Any]:
+def measure(
+    repeats: int, batch_sizes: Sequence[int], threads: int, device: str = "cpu"
+) -> dict[str, Any]:
     torch.set_num_threads(threads)
-    recognizer = WhisperRecognizer(WhisperSettings(device="cpu"))
+    recognizer = WhisperRecognizer(WhisperSettings(device=device))
     model = recognizer.model
     utterances = single_clips({"utterance"})
     batches = {b: [utterances[i % len(utterances)] for i in range(b)] for b in batch_sizes}
@@ -120,7 +128,7 @@ def measure(repeats: int, batch_sizes: Sequence[int], threads: int) -> dict[str,
             _timed(thread_raw[count], "partial", recognizer.recognize, thread_batch)
     torch.set_num_threads(threads)
 
-    vad = SileroVad()
+    vad = SileroVad(device=device)
     torch.set_num_threads(threads)  # loading silero may change it
     vad_raw: dict[int, float] = {}
     frames_per_call = 100
@@ -183,7 +191,7 @@ def _run_vad(vad: SileroVad, frames: npt.NDArray[np.float32], states: list[Any])
         vad.speech_probs(frame, states)
 
 
-def markdown(results: dict[str, Any], threads: int) -> str:
+def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
     rows = []
     for entry in results["batches"].values():
         med = entry["median_s"]
@@ -217,7 +225,8 @@ def markdown(results: dict[str, Any], threads: int) -> str:
     ]
     return "\n\n".join(
         [
-            "## Recognizer real-time factor (Whisper tiny.en, CPU)",
+            "## Recognizer real-time factor (Whisper tiny.en, "
+            + ("CPU)" if device == "cpu" else f"{device.upper()}, float16)"),
             f"Batch of B utterance windows (3–5 s of speech, 10 s windows), {threads} torch "
             "thread(s), median wall time. "
             "RTF = time / (B × audio s). Streaming: one decode per 500 ms hop per speaking "
@@ -277,22 +286,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--batch-sizes", type=int, nargs="+", default=list(BATCH_SIZES), help="batch sizes"
     )
+    add_device_option(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
     repeats = args.repeats or (3 if args.quick else 7)
-    results = measure(repeats, args.batch_sizes, args.threads)
+    results = measure(repeats, args.batch_sizes, args.threads, args.device)
     b16 = results["batches"].get("16")
     write_results(
-        NAME,
+        result_name(NAME, args.device),
         quick=args.quick,
         config={
             "repeats": repeats,
             "batch_sizes": args.batch_sizes,
             "hop_s": HOP_S,
             "torch_threads": args.threads,
+            "device": args.device,
         },
         results=results,
-        markdown=markdown(results, args.threads),
+        markdown=markdown(results, args.threads, args.device),
         targets=[],
         figures={"": plot(results)},
         notes=[
@@ -306,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         started_s=started,
         out=args.out,
     )
-    print(markdown(results, args.threads))
+    print(markdown(results, args.threads, args.device))
     return 0
 
 

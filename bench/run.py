@@ -172,7 +172,14 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         report = _load(path)
         if report is not None:
             reports[path.stem] = report
-    names = [n for n in ORDER if n in reports] + sorted(n for n in reports if n not in ORDER)
+    # Each benchmark, then its runs on other devices (``<name>-cuda``), then anything else.
+    names = [
+        n
+        for base in ORDER
+        for n in ([base] if base in reports else [])
+        + sorted(r for r in reports if r.startswith(f"{base}-"))
+    ]
+    names += sorted(n for n in reports if n not in names)
     lines = [
         "# Benchmarks",
         "",
@@ -205,6 +212,10 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         "| --- | --- | --- | --- | --- |",
     ]
     summaries = {b.name: b.summary for b in BENCHMARKS}
+    for name in names:
+        base, _, device = name.partition("-")
+        if device and base in summaries:
+            summaries[name] = f"{summaries[base]} ({device.upper()})"
     for name in names:
         report = reports[name]
         machine = report.get("machine")

@@ -66,6 +66,21 @@ def test_results_files_and_readme_include_every_benchmark(tmp_path: Path) -> Non
     assert "## Machine" in readme
 
 
+def test_a_cuda_run_sits_right_after_its_cpu_run(tmp_path: Path) -> None:
+    for name, title in (
+        ("transport", "Transport"),
+        ("engine_rtf-cuda", "Recognizer on CUDA"),
+        ("engine_rtf", "Recognizer on CPU"),
+    ):
+        write_results(name, quick=True, config={}, results={}, markdown=f"## {title}", out=tmp_path)
+    readme = build_readme(tmp_path)
+    order = [
+        readme.index(f"## {t}") for t in ("Recognizer on CPU", "Recognizer on CUDA", "Transport")
+    ]
+    assert order == sorted(order)
+    assert "(CUDA)" in readme
+
+
 EXPOSITION = """\
 # HELP asr_duration_seconds Latencies
 # TYPE asr_duration_seconds histogram
