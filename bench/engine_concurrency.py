@@ -263,10 +263,13 @@ def measure(
     quiet: int,
     device: str = "cpu",
     max_batch: int | None = None,
+    step_budget_ms: int | None = None,
 ) -> dict[str, Any]:
     settings = AsrSettings(device=device, threads=threads)
     if max_batch is not None:
         settings = dataclasses.replace(settings, max_batch=max_batch)
+    if step_budget_ms is not None:
+        settings = dataclasses.replace(settings, step_budget_ms=step_budget_ms)
     # What build_engine does, keeping a handle on the recognizer for the warm-up.
     vad = SileroVad(device=device)
     torch.set_num_threads(threads)
@@ -405,13 +408,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration-s", type=float, help="audio per channel (s)")
     parser.add_argument("--quiet-sessions", type=int, help="sessions of the memory run")
     parser.add_argument("--max-batch", type=int, help="sessions per forward pass (default 16)")
+    parser.add_argument(
+        "--step-budget-ms", type=int, help="budget of a step's partial decodes (0 = none)"
+    )
     add_device_option(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
     levels = args.channels or (QUICK_CHANNELS if args.quick else FULL_CHANNELS)
     duration_s = args.duration_s or (15.0 if args.quick else 30.0)
     quiet = args.quiet_sessions or (200 if args.quick else 1000)
-    results = measure(levels, duration_s, args.threads, quiet, args.device, args.max_batch)
+    results = measure(
+        levels, duration_s, args.threads, quiet, args.device, args.max_batch, args.step_budget_ms
+    )
     at_target = results["levels"].get(str(TARGET_CHANNELS))
     quiet_overhead = results["quiet_sessions"]["overhead_per_session_bytes"] / 2**20
     loaded_overhead = None
@@ -451,6 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         config={
             "device": args.device,
             "max_batch": args.max_batch or AsrSettings().max_batch,
+            "step_budget_ms": AsrSettings().step_budget_ms
+            if args.step_budget_ms is None
+            else args.step_budget_ms,
             "channels": list(levels),
             "audio_s_per_channel": duration_s,
             "torch_threads": args.threads,

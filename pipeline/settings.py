@@ -94,6 +94,9 @@ class AsrSettings:
     hop_ms: int = setting(500, "HOP_MS", "re-decode an open utterance every this much audio")
     min_decode_ms: int = setting(500, "MIN_DECODE_MS", "first partial after this much speech")
     max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass")
+    step_budget_ms: int = setting(
+        0, "STEP_BUDGET_MS", "wall-time budget of a step's partial decodes; 0 = none"
+    )
     margin_ms: int = setting(2000, "WINDOW_MARGIN_MS", "silence appended to each decoding window")
     min_window_ms: int = setting(10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)")
     vad_threshold: float = setting(0.5, "VAD_THRESHOLD", "speech probability that starts speech")

@@ -23,7 +23,8 @@ Time comes from the audio (sample counts) and from the injected ``Clock`` for ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -95,8 +96,16 @@ class EngineConfig:
     denoise: bool = False
     vad_end_lag_ms: int = VAD_END_LAG_MS
     """How long the VAD keeps calling speech after it ends (see ``pipeline.asr.word_edges``)."""
+    step_budget_ms: int | None = None
+    """Wall-time budget of one step's partial decodes, or ``None`` for none. The partials of a
+    step are capped (the sessions with the most undecoded audio first) and the cap follows the
+    measured time: shrunk in proportion to an overrun, +1 while one more would fit. Finals come
+    on top and are never deferred. A partial's latency is about the length of the step that
+    decodes it, so this bounds it, at the cost of smaller batches (less throughput)."""
 
     def __post_init__(self) -> None:
+        if self.step_budget_ms is not None and self.step_budget_ms <= 0:
+            raise ConfigError(f"step_budget_ms must be > 0 or None, got {self.step_budget_ms}")
         # The gate widens speech by its pad; the endpoint must know it to measure real silence.
         if self.endpoint.speech_pad_ms != self.gate.speech_pad_ms:
             raise ConfigError(
@@ -149,8 +158,11 @@ class StreamingEngine:
         config: EngineConfig | None = None,
         clock: Clock | None = None,
         biases: BiasSource | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
+        """``timer`` (seconds) measures steps for ``EngineConfig.step_budget_ms``."""
         self._recognizer = recognizer
+        self._timer = timer
         self._biases = biases
         self._vad = vad
         self._config = config or EngineConfig()
@@ -159,6 +171,8 @@ class StreamingEngine:
         self._expected_finals_through: dict[SessionKey, int] = {}
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
+        self.partial_cap: int | None = None
+        """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
 
     @property
     def config(self) -> EngineConfig:
@@ -280,16 +294,23 @@ class StreamingEngine:
         self._run_vad(sessions)
         for session in sessions:
             self._close_pending(session)
-        jobs = self._due_jobs()
+        due = self._due_jobs()
         if not partials:
-            jobs = [job for job in jobs if job.final is not None]
+            due = [job for job in due if job.final is not None]
+        jobs = self._within_budget(due)
         if max_jobs is not None:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []
         self.last_step_jobs = len(jobs)
         batch = self._config.max_batch
+        started_s = self._timer()
         for first in range(0, len(jobs), batch):
             outputs.extend(self._decode(jobs[first : first + batch]))
+        decoded_partials = sum(job.final is None for job in jobs)
+        if decoded_partials:
+            # The partials' share of the step: finals come on top of the budget.
+            partials_s = (self._timer() - started_s) * decoded_partials / len(jobs)
+            self._adapt_partial_cap(partials_s, decoded_partials, left_out=len(due) > len(jobs))
         pad = self._config.gate.speech_pad_samples
         for session in sessions:
             session.trim(pad)
@@ -318,6 +339,32 @@ class StreamingEngine:
         elif session.flush_pending:
             session.close_stream(EndpointReason.FORCED)
             session.flush_pending = False
+
+    def _within_budget(self, due: list[_Job]) -> list[_Job]:
+        """Every final, then at most ``partial_cap`` partials: the most undecoded audio first."""
+        cap = self.partial_cap
+        if self._config.step_budget_ms is None or cap is None:
+            return due
+        finals = [job for job in due if job.final is not None]
+        waiting = [job for job in due if job.final is None]
+        if len(waiting) <= cap:
+            return due
+        waiting.sort(key=lambda job: job.session.undecoded_samples(), reverse=True)
+        return finals + waiting[:cap]
+
+    def _adapt_partial_cap(self, partials_s: float, partials: int, *, left_out: bool) -> None:
+        """After a step that spent ``partials_s`` on ``partials`` partial decodes: shrink the cap
+        in proportion to an overrun; grow it by one when partials had to wait and one more
+        would still fit (extrapolated linearly, which overestimates: batching amortizes)."""
+        budget_ms = self._config.step_budget_ms
+        if budget_ms is None:
+            return
+        cap = self.partial_cap if self.partial_cap is not None else partials
+        budget_s = budget_ms / 1000 + 1e-9  # a step exactly on budget fits
+        if partials_s > budget_s:
+            self.partial_cap = max(1, int(cap * budget_s / partials_s))
+        elif left_out and partials >= cap and partials_s * (cap + 1) / cap <= budget_s:
+            self.partial_cap = cap + 1
 
     def _due_jobs(self) -> list[_Job]:
         finals: list[_Job] = []

@@ -44,6 +44,7 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
         hop_ms=settings.hop_ms,
         min_decode_ms=settings.min_decode_ms,
         max_batch=settings.max_batch,
+        step_budget_ms=settings.step_budget_ms or None,
         gate=gate,
         endpoint=endpoint,
         emit_partials=settings.partials,

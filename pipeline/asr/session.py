@@ -352,16 +352,22 @@ class Session:
         offset = self.buffer_start_samples
         return self.buffer[max(start_samples - offset, 0) : max(end_samples - offset, 0)]
 
+    def undecoded_samples(self) -> int:
+        """Audio of the open utterance heard since its last decode (0 without one)."""
+        utterance = self.utterance
+        if utterance is None:
+            return 0
+        return self.gate.position_samples - max(
+            utterance.decoded_to_samples, utterance.start_samples
+        )
+
     def due_partial(self, hop_samples: int, min_samples: int) -> bool:
         """Whether the open utterance should be re-decoded now."""
         utterance = self.utterance
         if utterance is None or utterance.index <= self.finals_through:
             return False
         heard = self.gate.position_samples - utterance.start_samples
-        new = self.gate.position_samples - max(
-            utterance.decoded_to_samples, utterance.start_samples
-        )
-        return heard >= min_samples and new >= hop_samples
+        return heard >= min_samples and self.undecoded_samples() >= hop_samples
 
     def capture_ms_at(self, position_samples: int) -> int | None:
         """Capture time (epoch ms) of a sample, from the newest mark at or before it."""

@@ -36,6 +36,7 @@ from pipeline.asr.word_edges import VAD_END_LAG_MS
 from pipeline.audio.resample import to_16k
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final, Partial, to_json
+from pipeline.errors import ConfigError
 from tests.conftest import validate
 from tests.unit.asr.fakes import FakeRecognizer, audio_words, recognition
 
@@ -835,3 +836,84 @@ def test_drop_forgets_a_session_and_its_expectation() -> None:
     engine.expect(KEY, 5)
     engine.drop(KEY)
     assert [f.utterance_index for f in finals(run(engine, signal(10, 40, 30)))] == [0]
+
+
+# -- step budget -------------------------------------------------------------------------------
+
+
+class CostlyRecognizer(FakeRecognizer):
+    """Advances a fake timer by ``fixed_s + per_window_s`` per window batch it decodes."""
+
+    def __init__(self, fixed_s: float = 0.2, per_window_s: float = 0.1) -> None:
+        super().__init__()
+        self.now_s = 0.0
+        self.fixed_s, self.per_window_s = fixed_s, per_window_s
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Recognition]:
+        self.now_s += self.fixed_s + self.per_window_s * len(requests)
+        return super().recognize(requests)
+
+
+def budget_engine(budget_ms: int | None) -> tuple[StreamingEngine, CostlyRecognizer]:
+    fake = CostlyRecognizer()
+    config = EngineConfig(
+        min_decode_ms=500,
+        endpoint=EndpointConfig(speech_pad_ms=PAD_MS),
+        step_budget_ms=budget_ms,
+    )
+    engine = StreamingEngine(
+        fake, EnergyVad(), config, ManualClock(EMIT_MS), timer=lambda: fake.now_s
+    )
+    return engine, fake
+
+
+def feed_many(engine: StreamingEngine, sessions: int, audio: Audio) -> list[EngineOutput]:
+    """``sessions`` streams of the same audio, chunk by chunk, a step after each chunk."""
+    outputs: list[EngineOutput] = []
+    for start in range(0, len(audio), CHUNK):
+        last = start + CHUNK >= len(audio)
+        for n in range(sessions):
+            engine.accept(
+                SessionKey(f"call-{n}", "mono"),
+                audio[start : start + CHUNK],
+                RATE_HZ,
+                end_of_stream=last,
+            )
+        outputs.extend(engine.step())
+    while engine.sessions:
+        outputs.extend(engine.step())
+    return outputs
+
+
+def test_a_step_budget_caps_partials_stalest_first_and_never_defers_finals() -> None:
+    audio = signal(10, 120, 40)
+    unlimited, unlimited_fake = budget_engine(None)
+    free = feed_many(unlimited, 12, audio)
+    budgeted, fake = budget_engine(600)
+    capped = feed_many(budgeted, 12, audio)
+    # 12 sessions due together cost 0.2 + 12 × 0.1 = 1.4 s unlimited; under a 0.6 s budget the
+    # cap settles where a batch of partials fits: 0.2 + 4 × 0.1 = 0.6 s.
+    assert max(unlimited_fake.batch_sizes) == 12
+    assert budgeted.partial_cap == 4
+    partial_batches = [len(c) for c in fake.calls if not any(r.with_word_timings for r in c)]
+    assert max(partial_batches[3:]) <= 4
+    # Every session still gets partials (stalest first), and the finals are the same.
+    assert {(p.call_id, p.channel) for p in partials(capped)} == {
+        (f"call-{n}", "mono") for n in range(12)
+    }
+    assert [(f.call_id, f.text, f.start_ms, f.end_ms) for f in finals(capped)] == [
+        (f.call_id, f.text, f.start_ms, f.end_ms) for f in finals(free)
+    ]
+
+
+def test_the_cap_grows_back_while_one_more_partial_fits() -> None:
+    engine, _ = budget_engine(600)
+    engine.partial_cap = 1
+    feed_many(engine, 12, signal(10, 120, 40))
+    # Linear extrapolation is cautious: 3 partials took 0.5 s, so a 4th is guessed at 0.67 s.
+    assert engine.partial_cap == 3
+
+
+def test_a_non_positive_step_budget_is_refused() -> None:
+    with pytest.raises(ConfigError, match="step_budget_ms"):
+        EngineConfig(step_budget_ms=0)
