@@ -97,11 +97,15 @@ class EngineConfig:
     vad_end_lag_ms: int = VAD_END_LAG_MS
     """How long the VAD keeps calling speech after it ends (see ``pipeline.asr.word_edges``)."""
     step_budget_ms: int | None = None
-    """Wall-time budget of one step's partial decodes, or ``None`` for none. The partials of a
-    step are capped (the sessions with the most undecoded audio first) and the cap follows the
-    measured time: shrunk in proportion to an overrun, +1 while one more would fit. Finals come
-    on top and are never deferred. A partial's latency is about the length of the step that
-    decodes it, so this bounds it, at the cost of smaller batches (less throughput)."""
+    """Wall-time budget of one step's partial decodes, or ``None`` for none (the engine then
+    decodes every due job each step). Under a budget finals are decoded in steps of their own
+    (returned at once) before partials, and partials that have waited ``STARVED_HOPS`` hops get
+    every other step; a step of partials is capped, the sessions with the most undecoded audio
+    first, at a cap that follows the measured time: shrunk in proportion to an overrun, +1
+    while one more would fit. A partial's latency is about the length of the step that decodes
+    it and a final's about the step it waits for plus its own, so this bounds both when the
+    recognizer is short of compute, at the cost of fewer partials per session (see
+    bench/results/engine_concurrency.md)."""
 
     def __post_init__(self) -> None:
         if self.step_budget_ms is not None and self.step_budget_ms <= 0:
@@ -112,6 +116,10 @@ class EngineConfig:
                 f"endpoint.speech_pad_ms ({self.endpoint.speech_pad_ms}) must equal "
                 f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
             )
+
+
+STARVED_HOPS = 8
+"""Under a step budget, a partial that has waited this many hops of audio goes before finals."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +181,7 @@ class StreamingEngine:
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
         self.partial_cap: int | None = None
         """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
+        self._finals_stepped = False
 
     @property
     def config(self) -> EngineConfig:
@@ -341,16 +350,28 @@ class StreamingEngine:
             session.flush_pending = False
 
     def _within_budget(self, due: list[_Job]) -> list[_Job]:
-        """Every final, then at most ``partial_cap`` partials: the most undecoded audio first."""
-        cap = self.partial_cap
-        if self._config.step_budget_ms is None or cap is None:
+        """Under a step budget: every due final alone (returned without waiting for partials),
+        except right after such a step when a partial has waited ``STARVED_HOPS`` hops of audio;
+        otherwise at most ``partial_cap`` partials, the most undecoded audio first. Finals go
+        first and wait for at most one budgeted step of partials; partials are never starved by
+        a stream of finals."""
+        if self._config.step_budget_ms is None:
             return due
         finals = [job for job in due if job.final is not None]
         waiting = [job for job in due if job.final is None]
-        if len(waiting) <= cap:
-            return due
-        waiting.sort(key=lambda job: job.session.undecoded_samples(), reverse=True)
-        return finals + waiting[:cap]
+        starved_samples = STARVED_HOPS * self._config.hop_ms * SAMPLES_PER_MS
+        starving = any(job.session.undecoded_samples() >= starved_samples for job in waiting)
+        # Starving partials get the step after a finals step, never two in a row: a final
+        # waits for at most one budgeted step of partials.
+        finals_turn = bool(finals) and not (starving and self._finals_stepped)
+        self._finals_stepped = finals_turn
+        if finals_turn:
+            return finals
+        cap = self.partial_cap
+        if cap is not None and len(waiting) > cap:
+            waiting.sort(key=lambda job: job.session.undecoded_samples(), reverse=True)
+            waiting = waiting[:cap]
+        return waiting
 
     def _adapt_partial_cap(self, partials_s: float, partials: int, *, left_out: bool) -> None:
         """After a step that spent ``partials_s`` on ``partials`` partial decodes: shrink the cap

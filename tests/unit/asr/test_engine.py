@@ -885,7 +885,7 @@ def feed_many(engine: StreamingEngine, sessions: int, audio: Audio) -> list[Engi
     return outputs
 
 
-def test_a_step_budget_caps_partials_stalest_first_and_never_defers_finals() -> None:
+def test_a_step_budget_caps_partials_stalest_first_and_keeps_finals_apart() -> None:
     audio = signal(10, 120, 40)
     unlimited, unlimited_fake = budget_engine(None)
     free = feed_many(unlimited, 12, audio)
@@ -897,6 +897,8 @@ def test_a_step_budget_caps_partials_stalest_first_and_never_defers_finals() -> 
     assert budgeted.partial_cap == 4
     partial_batches = [len(c) for c in fake.calls if not any(r.with_word_timings for r in c)]
     assert max(partial_batches[3:]) <= 4
+    # Finals go in steps of their own (returned without waiting for partials).
+    assert all(len({r.with_word_timings for r in call}) == 1 for call in fake.calls)
     # Every session still gets partials (stalest first), and the finals are the same.
     assert {(p.call_id, p.channel) for p in partials(capped)} == {
         (f"call-{n}", "mono") for n in range(12)
@@ -917,3 +919,20 @@ def test_the_cap_grows_back_while_one_more_partial_fits() -> None:
 def test_a_non_positive_step_budget_is_refused() -> None:
     with pytest.raises(ConfigError, match="step_budget_ms"):
         EngineConfig(step_budget_ms=0)
+
+
+def test_under_a_budget_a_final_goes_alone_and_the_partials_follow() -> None:
+    engine, fake = budget_engine(600)
+    # Session a's utterance ends (final due) while session b keeps speaking (partial due).
+    a, b = SessionKey("call-a", "mono"), SessionKey("call-b", "mono")
+    short, long = signal(10, 40, 40), signal(10, 90)
+    for start in range(0, len(long), CHUNK):
+        engine.accept(b, long[start : start + CHUNK], RATE_HZ)
+        if start < len(short):
+            engine.accept(a, short[start : start + CHUNK], RATE_HZ)
+        engine.step()
+    kinds = ["final" if call[0].with_word_timings else "partial" for call in fake.calls]
+    first_final = kinds.index("final")
+    # The final is decoded alone, and the next step serves the waiting partial.
+    assert len(fake.calls[first_final]) == 1
+    assert kinds[first_final + 1] == "partial"
