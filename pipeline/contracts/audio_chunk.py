@@ -306,26 +306,51 @@ def _validate_session_headers(
     session_headers: _SessionHeaders,
 ) -> tuple[str, int, Encoding, str] | None:
     """Channel, sample rate, encoding and tenant when all are valid (and the version is ours)."""
-    version, channel, rate, encoding, tenant = session_headers
-    if version is None or channel is None or rate is None or encoding is None:
+    if None in session_headers[:4]:  # all but the tenant are required
         return None
-    found: dict[str, bytes] = {Header.VERSION: version, Header.CHANNEL: channel}
-    if tenant is not None:
-        found[Header.TENANT] = tenant
+    names = (Header.VERSION, Header.CHANNEL, Header.SAMPLE_RATE_HZ, Header.ENCODING, Header.TENANT)
+    found: dict[str, bytes] = {
+        name: raw for name, raw in zip(names, session_headers, strict=True) if raw is not None
+    }
     try:
-        if version != str(CONTRACT_VERSION).encode():
-            return None
-        rate_hz = int(rate) if rate.isdigit() else 0
-        if rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
-            return None
-        chunk_encoding = Encoding(encoding.decode("ascii"))
-        channel_label = _label(found, Header.CHANNEL, MAX_CHANNEL_LABEL_BYTES)
-        tenant_label = (
-            "default" if tenant is None else _label(found, Header.TENANT, MAX_TENANT_BYTES)
-        )
-    except (ChunkRejectedError, UnicodeDecodeError, ValueError):
+        sample_rate_hz, encoding = _format(found)
+        channel, tenant = _labels(found)
+    except ChunkRejectedError:
         return None
-    return channel_label, rate_hz, chunk_encoding, tenant_label
+    return channel, sample_rate_hz, encoding, tenant
+
+
+def _format(found: dict[str, bytes]) -> tuple[int, Encoding]:
+    """The version (must be ours), sample rate and encoding headers, checked in that order."""
+    version_text = _ascii(found, Header.VERSION)
+    if version_text != str(CONTRACT_VERSION):
+        raise ChunkRejectedError(
+            RejectReason.UNKNOWN_VERSION,
+            f"{Header.VERSION}={version_text!r}, this worker speaks {CONTRACT_VERSION}",
+        )
+    rate_text = _ascii(found, Header.SAMPLE_RATE_HZ)
+    if not rate_text.isdigit() or int(rate_text) not in SUPPORTED_SAMPLE_RATES_HZ:
+        raise ChunkRejectedError(
+            RejectReason.UNSUPPORTED_SAMPLE_RATE,
+            f"{Header.SAMPLE_RATE_HZ}={rate_text!r}, supported: {SUPPORTED_SAMPLE_RATES_HZ}",
+        )
+    encoding_text = _ascii(found, Header.ENCODING)
+    try:
+        encoding = Encoding(encoding_text)
+    except ValueError:
+        supported = ", ".join(e.value for e in Encoding)
+        raise ChunkRejectedError(
+            RejectReason.UNSUPPORTED_ENCODING,
+            f"{Header.ENCODING}={encoding_text!r}, supported: {supported}",
+        ) from None
+    return int(rate_text), encoding
+
+
+def _labels(found: dict[str, bytes]) -> tuple[str, str]:
+    """The channel label and the tenant (``default`` when absent)."""
+    channel = _label(found, Header.CHANNEL, MAX_CHANNEL_LABEL_BYTES)
+    tenant = _label(found, Header.TENANT, MAX_TENANT_BYTES) if Header.TENANT in found else "default"
+    return channel, tenant
 
 
 def _decode_checked(
@@ -355,34 +380,9 @@ def _decode_checked(
             RejectReason.MISSING_HEADER, f"missing header(s) {', '.join(missing)}"
         )
 
-    version_text = _ascii(found, Header.VERSION)
-    if version_text != str(CONTRACT_VERSION):
-        raise ChunkRejectedError(
-            RejectReason.UNKNOWN_VERSION,
-            f"{Header.VERSION}={version_text!r}, this worker speaks {CONTRACT_VERSION}",
-        )
-
-    rate_text = _ascii(found, Header.SAMPLE_RATE_HZ)
-    if not rate_text.isdigit() or int(rate_text) not in SUPPORTED_SAMPLE_RATES_HZ:
-        raise ChunkRejectedError(
-            RejectReason.UNSUPPORTED_SAMPLE_RATE,
-            f"{Header.SAMPLE_RATE_HZ}={rate_text!r}, supported: {SUPPORTED_SAMPLE_RATES_HZ}",
-        )
-    sample_rate_hz = int(rate_text)
-
-    encoding_text = _ascii(found, Header.ENCODING)
-    try:
-        encoding = Encoding(encoding_text)
-    except ValueError:
-        supported = ", ".join(e.value for e in Encoding)
-        raise ChunkRejectedError(
-            RejectReason.UNSUPPORTED_ENCODING,
-            f"{Header.ENCODING}={encoding_text!r}, supported: {supported}",
-        ) from None
-
+    sample_rate_hz, encoding = _format(found)
     seq = _decimal(found, Header.SEQ, RejectReason.BAD_SEQUENCE)
-    channel = _label(found, Header.CHANNEL, MAX_CHANNEL_LABEL_BYTES)
-    tenant = _label(found, Header.TENANT, MAX_TENANT_BYTES) if Header.TENANT in found else "default"
+    channel, tenant = _labels(found)
     capture_ms = (
         _decimal(found, Header.CAPTURE_MS, RejectReason.BAD_HEADER_VALUE)
         if Header.CAPTURE_MS in found
