@@ -119,7 +119,8 @@ class EngineConfig:
 
 
 STARVED_HOPS = 8
-"""Under a step budget, a partial that has waited this many hops of audio goes before finals."""
+"""Under a step budget, partials that have waited this many hops of audio get the step after a
+step of finals (else finals go first)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,7 +181,7 @@ class AsrWorker:
     def run(self) -> None:
         """Run until stopped. Raises InfrastructureError on a fatal Kafka error."""
         kafka = self._settings.kafka
-        self._tx = Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+        self._tx = self._transactional_producer()
         self._partials = Producer(partials_producer_config(kafka, self.worker_id))
         try:
             self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
@@ -520,14 +520,12 @@ class AsrWorker:
                 )
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
-                _retrying(
-                    lambda: _bounded(
-                        lambda: producer.send_offsets_to_transaction(
-                            offsets, metadata, TRANSACTION_TIMEOUT_S
-                        )
+                _transactional(
+                    lambda: producer.send_offsets_to_transaction(
+                        offsets, metadata, TRANSACTION_TIMEOUT_S
                     )
                 )
-            _retrying(lambda: _bounded(lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S)))
+            _transactional(lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S))
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
             self._finals_in_tx.clear()
@@ -621,9 +619,7 @@ class AsrWorker:
             logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
             producer = self._tx
             try:
-                _retrying(
-                    lambda: _bounded(lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
-                )
+                _transactional(lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
                 cause = RewindCause.FAILED
             except KafkaException as abort_error:
                 raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
@@ -635,6 +631,11 @@ class AsrWorker:
         self._metrics.count_transaction_rewind(cause)
         self._rewind()
 
+    def _transactional_producer(self) -> Any:
+        """Finals, events, checkpoints and dead letters go through it (stable transactional id)."""
+        kafka = self._settings.kafka
+        return Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+
     def _replace_producer(self) -> None:
         """A new transactional producer with the same transactional id.
 
@@ -644,11 +645,9 @@ class AsrWorker:
         producer is never touched again: the thread blocked inside it keeps it alive, and frees
         it if the call ever returns.
         """
-        kafka = self._settings.kafka
-        self._tx = Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
-        producer = self._tx
+        self._tx = producer = self._transactional_producer()
         try:
-            _retrying(lambda: _bounded(lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S)))
+            _transactional(lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S))
         except (KafkaException, _StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
@@ -849,6 +848,11 @@ def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> Non
                 raise
             logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
             time.sleep(0.5)
+
+
+def _transactional(operation: Callable[[], object]) -> None:
+    """A transactional call: each try bounded (``_bounded``), retriable errors retried."""
+    _retrying(lambda: _bounded(operation))
 
 
 class _StuckCallError(InfrastructureError):
