@@ -22,7 +22,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import psutil
+
+from pipeline.evaluation import WordErrors, word_errors
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -53,8 +55,10 @@ __all__ = [
     "CpuMeter",
     "FixtureClip",
     "Target",
+    "add_device_option",
     "bench_parser",
     "call_clips",
+    "corpus_wer",
     "fmt",
     "load_manifest",
     "load_refs",
@@ -63,9 +67,12 @@ __all__ = [
     "new_figure",
     "percentiles",
     "plain_log_axis",
+    "plot_latency_percentiles",
     "release_memory",
+    "result_name",
     "rss_bytes",
     "single_clips",
+    "synchronize",
     "write_results",
 ]
 
@@ -454,3 +461,48 @@ def synchronize(device: str) -> None:
         import torch
 
         torch.cuda.synchronize()
+
+
+def corpus_wer(
+    clips: Sequence[FixtureClip], texts: Mapping[str, str], categories: Mapping[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Corpus WER of ``texts`` (clip id → hypothesis) per category (``categories``: clip kind →
+    category) and over all clips (``all``), with the error counts."""
+    totals: dict[str, WordErrors] = {}
+    for clip in clips:
+        errors = word_errors(clip.text, texts[clip.clip_id])
+        for category in (categories[clip.kind], "all"):
+            totals[category] = totals.get(category, WordErrors()) + errors
+    return {
+        category: {
+            "wer": errors.wer,
+            "errors": errors.errors,
+            "substitutions": errors.substitutions,
+            "deletions": errors.deletions,
+            "insertions": errors.insertions,
+            "reference_words": errors.reference_words,
+        }
+        for category, errors in totals.items()
+    }
+
+
+def plot_latency_percentiles(
+    axes: Any,
+    levels: Sequence[Mapping[str, Any]],
+    channels: Sequence[int],
+    partial_label: str,
+    partial_target_s: float,
+    final_target_s: float,
+) -> None:
+    """P50/P95/P99 of partial and final latency (ms in ``levels``) per level, in s, with each
+    P95 target as a band."""
+    for metric, label, color, target in (
+        ("chunk_to_partial_ms", partial_label, "tab:blue", partial_target_s),
+        ("endpoint_to_final_ms", "endpoint→final", "tab:orange", final_target_s),
+    ):
+        for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
+            values = [
+                np.nan if level[metric][q] is None else level[metric][q] / 1000 for level in levels
+            ]
+            axes.plot(channels, values, style, marker="o", color=color, label=f"{label} {q}")
+        axes.axhline(target, color=color, alpha=0.3, linewidth=4, label=f"{label} P95 target")

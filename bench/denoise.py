@@ -38,6 +38,7 @@ from bench.common import (
     FixtureClip,
     bench_parser,
     call_clips,
+    corpus_wer,
     fmt,
     load_manifest,
     markdown_table,
@@ -55,7 +56,7 @@ from pipeline.audio.denoise import (
 from pipeline.audio.resample import to_16k
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final
-from pipeline.evaluation import WordErrors, normalize_words, word_errors
+from pipeline.evaluation import normalize_words, word_errors
 from pipeline.settings import AsrSettings
 
 NAME = "denoise"
@@ -142,22 +143,7 @@ def _collect(outputs: Iterable[Any], finals: dict[str, list[Final]]) -> None:
 
 def score(clips: Sequence[FixtureClip], texts: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Corpus WER per category (and over all speech clips)."""
-    totals: dict[str, WordErrors] = {}
-    for clip in clips:
-        errors = word_errors(clip.text, texts[clip.clip_id])
-        for category in (CATEGORIES[clip.kind], "all"):
-            totals[category] = totals.get(category, WordErrors()) + errors
-    return {
-        category: {
-            "wer": errors.wer,
-            "errors": errors.errors,
-            "substitutions": errors.substitutions,
-            "deletions": errors.deletions,
-            "insertions": errors.insertions,
-            "reference_words": errors.reference_words,
-        }
-        for category, errors in totals.items()
-    }
+    return corpus_wer(clips, texts, CATEGORIES)
 
 
 # -- measurements --------------------------------------------------------------------------------

@@ -61,6 +61,7 @@ from bench.common import (
     new_figure,
     percentiles,
     plain_log_axis,
+    plot_latency_percentiles,
     write_results,
 )
 from bench.infra import (
@@ -724,16 +725,9 @@ def plot(results: dict[str, Any]) -> Any:
     levels = list(results["levels"].values())
     channels = [level["channels"] for level in levels]
     figure, axes = new_figure(7, 4)
-    for metric, label, color, target in (
-        ("chunk_to_partial_ms", "capture→partial", "tab:blue", TARGET_PARTIAL_P95_S),
-        ("endpoint_to_final_ms", "endpoint→final", "tab:orange", TARGET_FINAL_P95_S),
-    ):
-        for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
-            values = [
-                np.nan if level[metric][q] is None else level[metric][q] / 1000 for level in levels
-            ]
-            axes.plot(channels, values, style, marker="o", color=color, label=f"{label} {q}")
-        axes.axhline(target, color=color, alpha=0.3, linewidth=4, label=f"{label} P95 target")
+    plot_latency_percentiles(
+        axes, levels, channels, "capture→partial", TARGET_PARTIAL_P95_S, TARGET_FINAL_P95_S
+    )
     axes.set_xticks(channels, [str(c) for c in channels])
     plain_log_axis(axes)
     axes.set_xlabel("concurrent channels (2 per call)")

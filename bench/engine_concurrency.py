@@ -49,6 +49,7 @@ from bench.common import (
     new_figure,
     percentiles,
     plain_log_axis,
+    plot_latency_percentiles,
     release_memory,
     result_name,
     rss_bytes,
@@ -360,16 +361,9 @@ def plot(results: dict[str, Any]) -> tuple[Any, Any]:
     levels = list(results["levels"].values())
     channels = [level["channels"] for level in levels]
     figure, axes = new_figure(8, 4.5)
-    for metric, label, color, target in (
-        ("chunk_to_partial_ms", "chunk→partial", "tab:blue", TARGET_PARTIAL_P95_S),
-        ("endpoint_to_final_ms", "endpoint→final", "tab:orange", TARGET_FINAL_P95_S),
-    ):
-        for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):
-            values = [
-                np.nan if level[metric][q] is None else level[metric][q] / 1000 for level in levels
-            ]
-            axes.plot(channels, values, style, marker="o", color=color, label=f"{label} {q}")
-        axes.axhline(target, color=color, alpha=0.3, linewidth=4, label=f"{label} P95 target")
+    plot_latency_percentiles(
+        axes, levels, channels, "chunk→partial", TARGET_PARTIAL_P95_S, TARGET_FINAL_P95_S
+    )
     axes.set_xscale("log", base=2)
     plain_log_axis(axes)
     axes.set_xticks(channels, [str(c) for c in channels])

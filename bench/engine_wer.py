@@ -38,6 +38,7 @@ from bench.common import (
     FixtureClip,
     bench_parser,
     call_clips,
+    corpus_wer,
     fmt,
     markdown_table,
     new_figure,
@@ -52,7 +53,7 @@ from pipeline.asr.whisper.model import WhisperModel, load_whisper
 from pipeline.audio.resample import to_16k
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final
-from pipeline.evaluation import WordErrors, normalize_words, word_errors
+from pipeline.evaluation import normalize_words, word_errors
 from pipeline.settings import AsrSettings
 
 NAME = "engine_wer"
@@ -162,22 +163,7 @@ def offline_hypotheses(
 
 def score(clips: Sequence[FixtureClip], hypotheses: dict[str, str]) -> dict[str, dict[str, Any]]:
     """Corpus WER per category and overall."""
-    totals: dict[str, WordErrors] = {}
-    for clip in clips:
-        errors = word_errors(clip.text, hypotheses[clip.clip_id])
-        for category in (CATEGORIES[clip.kind], "all"):
-            totals[category] = totals.get(category, WordErrors()) + errors
-    return {
-        category: {
-            "wer": errors.wer,
-            "errors": errors.errors,
-            "substitutions": errors.substitutions,
-            "deletions": errors.deletions,
-            "insertions": errors.insertions,
-            "reference_words": errors.reference_words,
-        }
-        for category, errors in totals.items()
-    }
+    return corpus_wer(clips, hypotheses, CATEGORIES)
 
 
 def measure(
