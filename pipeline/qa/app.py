@@ -22,7 +22,9 @@ reliable in faust-streaming; the app keeps at-least-once processing and sets the
 on its consumer instead (``_ReadCommittedConsumerThread``). At-least-once is safe here because
 every input is idempotent (finals are recognized by utterance id, session events are sets) and a
 summary is written to qa.calls *before* the state that records its publication, so a crash can at
-worst repeat the same revision of a summary, never lose one.
+worst repeat the same revision of a summary, never lose one. An input offset is committed only
+once the broker has acknowledged the changelog writes of the records it covers
+(``_DurableFlushProducer``): otherwise a crash right after a commit lost table state.
 
 Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
 creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
@@ -44,6 +46,7 @@ from typing import Any, Protocol
 
 import faust
 from aiokafka.partitioner import DefaultPartitioner
+from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TransportT
 from faust.web import Request, Response, View
@@ -84,6 +87,8 @@ MAX_RECENT_LIMIT = 1000
 RECENT_WINDOW_MS = 3_600_000
 INPUT_RETENTION_MS = 7 * 24 * 3_600_000
 SESSION_TIMEOUT_S = 10.0
+#: How long an offset commit waits for the table changelog writes it covers to be acknowledged.
+FLUSH_TIMEOUT_S = 60.0
 _TABLE_TYPES: Mapping[str, Any] = {"key_type": str, "value_type": bytes}
 _RAW: Mapping[str, Any] = {**_TABLE_TYPES, "key_serializer": "raw", "value_serializer": "raw"}
 
@@ -109,8 +114,54 @@ class _ReadCommittedConsumer(aiokafka_driver.Consumer):
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
 
+class _DurableFlushProducer(aiokafka_driver.Producer):
+    """A producer whose ``flush()`` returns only when every buffered message is acknowledged.
+
+    faust writes table changelogs with ``send_soon`` into a buffer that a background task drains;
+    before committing input offsets it calls ``producer.flush()``, whose buffer drain gives up
+    after 0.1 s without a message sent and which does not wait for a message the background task
+    has taken but not yet handed to the Kafka client. An offset commit could then overtake the
+    changelog writes of the records it covers, and a crash at that moment lost table state. This
+    flush also waits for every message given to ``send_soon`` to be acknowledged by the broker
+    (or fails, so that nothing is committed).
+    """
+
+    flush_timeout_s = FLUSH_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._unacknowledged: set[asyncio.Future[Any]] = set()
+
+    def send_soon(self, fut: faust.types.tuples.FutureMessage) -> None:
+        self._unacknowledged.add(fut)
+        fut.add_done_callback(self._unacknowledged.discard)
+        super().send_soon(fut)
+
+    async def flush(self) -> None:
+        """Send everything buffered and wait for the broker's acknowledgement of all of it.
+
+        Raises:
+            ProducerSendError: a buffered message was not acknowledged within
+                ``flush_timeout_s`` or its send failed; the caller (an offset commit) must not
+                proceed, and faust stops the app so that its input is processed again.
+        """
+        await super().flush()
+        pending = list(self._unacknowledged)
+        if not pending:
+            return
+        done, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
+        failed = [fut for fut in done if not fut.cancelled() and fut.exception() is not None]
+        if not_done or failed:
+            raise ProducerSendError(
+                f"{len(not_done)} buffered message(s) not acknowledged in "
+                f"{self.flush_timeout_s} s, "
+                f"{len(failed)} failed: not committing the input they came from"
+            )
+
+
 class _ReadCommittedTransport(aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
+    Producer = _DurableFlushProducer
 
 
 class _FaustApp(faust.App):
