@@ -55,6 +55,7 @@ __all__ = [
     "CpuMeter",
     "FixtureClip",
     "Target",
+    "TextUpdate",
     "add_device_option",
     "bench_parser",
     "call_clips",
@@ -68,6 +69,7 @@ __all__ = [
     "percentiles",
     "plain_log_axis",
     "plot_latency_percentiles",
+    "refresh_staleness_ms",
     "release_memory",
     "result_name",
     "rss_bytes",
@@ -147,6 +149,35 @@ def percentiles(values: Iterable[float], qs: Sequence[int] = (50, 95, 99)) -> di
     result["mean"] = float(data.mean()) if data.size else None
     result["max"] = float(data.max()) if data.size else None
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class TextUpdate:
+    """A partial as a screen shows it: which utterance of which stream it belongs to, when it
+    was emitted and the capture time (epoch ms) of the newest audio it covers."""
+
+    stream: str
+    utterance: int
+    emit_ms: int
+    covered_capture_ms: int
+
+
+def refresh_staleness_ms(updates: Iterable[TextUpdate]) -> list[float]:
+    """How old a stream's on-screen partial got before the next one replaced it.
+
+    One value per partial ``b``: ``b.emit_ms − a.covered_capture_ms`` where ``a`` is the
+    utterance's previous partial (the age of ``a``'s newest audio when ``b`` replaces it), or
+    ``b``'s own latency for an utterance's first partial. Low chunk → partial latency with rare
+    partials (a system shedding partial decodes under load) shows up here; a partial every hop
+    of audio gives about hop + latency.
+    """
+    ages: list[float] = []
+    last: dict[tuple[str, int], TextUpdate] = {}
+    for update in sorted(updates, key=lambda u: u.emit_ms):
+        previous = last.get((update.stream, update.utterance), update)
+        ages.append(update.emit_ms - previous.covered_capture_ms)
+        last[(update.stream, update.utterance)] = update
+    return ages
 
 
 def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:

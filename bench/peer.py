@@ -477,6 +477,11 @@ class PeerSystem:
         self._stop = threading.Event()
         self.errors: list[BaseException] = []
 
+    @property
+    def hop_ms(self) -> int:
+        """New audio between two decodes of a channel (the partial cadence when unloaded)."""
+        return self._settings.hop_ms
+
     def describe(self) -> dict[str, Any]:
         s = self._settings
         return {

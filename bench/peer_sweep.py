@@ -50,11 +50,13 @@ from bench.common import (
     CpuMeter,
     FixtureClip,
     Target,
+    TextUpdate,
     bench_parser,
     call_clips,
     fmt,
     markdown_table,
     percentiles,
+    refresh_staleness_ms,
     write_results,
 )
 from bench.peer import (
@@ -171,6 +173,8 @@ class Streamscribe:
         return {
             "channels": channels,
             "chunk_to_partial_s": _ms_to_s(level["chunk_to_partial_ms"]),
+            "partial_refresh_s": _ms_to_s(level["partial_refresh_ms"]),
+            "hop_s": self.engine.config.hop_ms / 1000,
             "endpoint_to_final_s": _ms_to_s(level["endpoint_to_final_ms"]),
             "partials": level["partials"],
             "finals": level["finals"],
@@ -302,12 +306,29 @@ def run_peer_level(peer: PeerSystem, channels: int, seed: int) -> dict[str, Any]
         if isinstance(o, PartialObservation)
     ]
     finals = [o for o in outputs if isinstance(o, FinalObservation)]
+    # A partial belongs to the utterance its stream's next final closes.
+    updates: list[TextUpdate] = []
+    finals_so_far: dict[str, int] = {}
+    for output in sorted(outputs, key=lambda o: o.emit_ms):
+        if isinstance(output, FinalObservation):
+            finals_so_far[output.stream_id] = finals_so_far.get(output.stream_id, 0) + 1
+        else:
+            updates.append(
+                TextUpdate(
+                    output.stream_id,
+                    finals_so_far.get(output.stream_id, 0),
+                    output.emit_ms,
+                    output.covered_capture_ms,
+                )
+            )
     texts: dict[str, list[tuple[int, str]]] = {}
     for final in finals:
         texts.setdefault(final.stream_id, []).append((final.utterance_index, final.text))
     return {
         "channels": channels,
         "chunk_to_partial_s": percentiles(partial_s),
+        "partial_refresh_s": percentiles(age / 1000 for age in refresh_staleness_ms(updates)),
+        "hop_s": peer.hop_ms / 1000,
         "endpoint_to_final_s": percentiles(
             (f.emit_ms - f.decided_capture_ms) / 1000 for f in finals
         ),
@@ -387,6 +408,7 @@ def sweep(
             level = system.run_level(n, seed=n)
             errors = score(level, clips)
             p95 = level["chunk_to_partial_s"]["p95"]
+            refresh_p95 = level["partial_refresh_s"]["p95"]
             level.update(
                 wer=errors.wer,
                 word_errors={
@@ -400,26 +422,47 @@ def sweep(
                 / (os.cpu_count() or 1),
                 machine_cpu_percent=level["cpu"]["machine_cpu_percent"],
                 load_average_1m=round(os.getloadavg()[0], 2),
-                sustained=bool(level["drained"] and p95 is not None and p95 <= SUSTAIN_P95_S),
+                sustained=is_sustained(level),
             )
             results[system.name].append(level)
             log(
                 f"{system.name:>12} N={n:<3} partial P50/P95 "
-                f"{fmt(level['chunk_to_partial_s']['p50'])}/{fmt(p95)} s, final P95 "
+                f"{fmt(level['chunk_to_partial_s']['p50'])}/{fmt(p95)} s, refresh P95 "
+                f"{fmt(refresh_p95)} s, final P95 "
                 f"{fmt(level['endpoint_to_final_s']['p95'])} s, WER {fmt(100 * errors.wer, 1)} %, "
                 f"{fmt(level['cpu']['process_cores'])} cores, drained {level['drained']}, "
                 f"load {level['load_average_1m']}"
             )
-            if not level["drained"] or p95 is None or p95 > SATURATED_P95_S:
+            if (
+                not level["drained"]
+                or p95 is None
+                or p95 > SATURATED_P95_S
+                or refresh_p95 is None
+                or refresh_p95 > SATURATED_P95_S + level["hop_s"]
+            ):
                 active.remove(system)
         if not active:
             break
     return results
 
 
+def is_sustained(level: dict[str, Any]) -> bool:
+    """Every channel finished, P95 chunk → partial ≤ 1.5 s and P95 partial refresh ≤ 1.5 s +
+    the system's hop (a partial every hop of new audio is what both systems aim for)."""
+    p95 = level["chunk_to_partial_s"]["p95"]
+    refresh_p95 = level["partial_refresh_s"]["p95"]
+    return bool(
+        level["drained"]
+        and p95 is not None
+        and p95 <= SUSTAIN_P95_S
+        and refresh_p95 is not None
+        and refresh_p95 <= SUSTAIN_P95_S + level["hop_s"]
+    )
+
+
 def sustained_channels(levels: Sequence[dict[str, Any]]) -> tuple[int, bool]:
-    """Largest N with P95 chunk → partial ≤ 1.5 s, and whether that is only a lower bound
-    (the largest N tried still met it)."""
+    """Largest N sustained (see ``sweep``), and whether that is only a lower bound (the
+    largest N tried still met it)."""
     best = max((level["channels"] for level in levels if level["sustained"]), default=0)
     at_least = bool(levels) and levels[-1]["sustained"] and levels[-1]["channels"] == best
     return best, at_least
@@ -491,6 +534,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
             name,
             level["channels"],
             _triple(level["chunk_to_partial_s"]),
+            _triple(level["partial_refresh_s"]),
             _triple(level["endpoint_to_final_s"]),
             fmt(100 * level["wer"], 1),
             fmt(level["process_cpu_percent_of_machine"], 0),
@@ -505,17 +549,23 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
         "Same live load (fixture call channels in 20 ms chunks on wall-clock time), same tiny.en "
         "weights, same latency definitions as the engine concurrency benchmark. Latency in s "
         "(P50 / P95 / P99); WER of the finals in %; CPU = the benchmark process, % of all "
-        "cores; machine = every process on the machine (the machine is shared).",
+        "cores; machine = every process on the machine (the machine is shared). Partial "
+        "refresh = how old a channel's partial got before the next one replaced it "
+        "(`bench.common.refresh_staleness_ms`). **Sustained**: P95 chunk → partial ≤ 1.5 s "
+        "and P95 partial refresh ≤ 1.5 s + the system's hop (streamscribe 0.5 s, peer 1 s), "
+        "every channel finished: a system that keeps its partials fresh by emitting fewer of "
+        "them (streamscribe's step budget) fails the second condition.",
         markdown_table(
             [
                 "system",
                 "N",
                 "chunk → partial s",
+                "partial refresh s",
                 "endpoint → final s",
                 "WER %",
                 "CPU %",
                 "machine %",
-                "P95 ≤ 1.5 s",
+                "sustained",
             ],
             rows,
         ),
@@ -524,7 +574,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
         f"{name} {'≥ ' if system['sustained_is_lower_bound'] else ''}{system['sustained_channels']}"
         for name, system in summary["systems"].items()
     ]
-    parts.append("Channels sustained at P95 chunk → partial ≤ 1.5 s: " + ", ".join(facts) + ".")
+    parts.append("Channels sustained: " + ", ".join(facts) + ".")
     if "wer_pooled" in summary:
         pooled = summary["wer_pooled"]
         low, high = summary["channel_ratio_bounds"]
@@ -602,7 +652,7 @@ def targets(summary: dict[str, Any]) -> list[Target]:
         return []
     return [
         Target(
-            "channels at P95 chunk → partial ≤ 1.5 s, streamscribe / peer",
+            "channels sustained (partial latency and refresh), streamscribe / peer",
             summary["channel_ratio"],
             TARGET_RATIO,
             "×",

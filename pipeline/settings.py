@@ -95,7 +95,12 @@ class AsrSettings:
     min_decode_ms: int = setting(500, "MIN_DECODE_MS", "first partial after this much speech")
     max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass")
     step_budget_ms: int = setting(
-        400, "STEP_BUDGET_MS", "wall-time budget of a step's partial decodes; 0 = none"
+        300, "STEP_BUDGET_MS", "wall-time budget of a step's partial decodes; 0 = none"
+    )
+    early_final_ms: int = setting(
+        300,
+        "EARLY_FINAL_MS",
+        "decode a final this far into its trailing silence; 0 = at the endpoint",
     )
     margin_ms: int = setting(2000, "WINDOW_MARGIN_MS", "silence appended to each decoding window")
     min_window_ms: int = setting(10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)")

@@ -183,6 +183,11 @@ class EndpointDetector:
         return self._utterance_start_samples
 
     @property
+    def last_speech_end_samples(self) -> int | None:
+        """One past the open utterance's last speech sample: its end if it closed now."""
+        return self._last_speech_end_samples
+
+    @property
     def trailing_silence_samples(self) -> int:
         """Non-speech samples since the open utterance's last speech sample (0 when none open)."""
         if self._last_speech_end_samples is None:

@@ -36,6 +36,7 @@ from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
 from pipeline.asr.recognizer import Recognition, RecognitionRequest, Recognizer, TokenBias
 from pipeline.asr.session import (
     SAMPLES_PER_MS,
+    EarlyFinal,
     FinalJob,
     Session,
     SessionKey,
@@ -107,9 +108,24 @@ class EngineConfig:
     recognizer is short of compute, at the cost of fewer partials per session (see
     bench/results/engine_concurrency.md)."""
 
+    early_final_ms: int | None = 300
+    """Silence after an utterance's last speech at which its final is decoded ahead, or
+    ``None`` for never. The final's audio is fixed once the speech ended, so it is decoded while
+    the endpoint's silence rule (``endpoint.trailing_silence_ms``) still runs, and the decode is
+    used when the rule fires (no partials are decoded in between: the speech did not change).
+    Speech that resumes before the rule fires makes that decode wasted work. Real silence, like
+    ``trailing_silence_ms``: the gate's pads are subtracted."""
+
     def __post_init__(self) -> None:
         if self.step_budget_ms is not None and self.step_budget_ms <= 0:
             raise ConfigError(f"step_budget_ms must be > 0 or None, got {self.step_budget_ms}")
+        if self.early_final_ms is not None and not (
+            0 < self.early_final_ms < self.endpoint.trailing_silence_ms
+        ):
+            raise ConfigError(
+                f"early_final_ms must be > 0 and < endpoint.trailing_silence_ms "
+                f"({self.endpoint.trailing_silence_ms}), or None; got {self.early_final_ms}"
+            )
         # The gate widens speech by its pad; the endpoint must know it to measure real silence.
         if self.endpoint.speech_pad_ms != self.gate.speech_pad_ms:
             raise ConfigError(
@@ -152,9 +168,17 @@ EngineOutput = Partial | Final | Suppressed | SessionEnded
 
 @dataclass(frozen=True, slots=True)
 class _Job:
+    """One decode: a final (``final``), a final decoded ahead (``early_start_samples``: the
+    open utterance's ``[early_start_samples, end_samples)``), or else a partial."""
+
     session: Session
     final: FinalJob | None
     end_samples: int
+    early_start_samples: int | None = None
+
+    @property
+    def partial(self) -> bool:
+        return self.final is None and self.early_start_samples is None
 
 
 class StreamingEngine:
@@ -183,6 +207,10 @@ class StreamingEngine:
         self.partial_cap: int | None = None
         """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
         self._finals_stepped = False
+        self.early_finals_decoded = 0
+        """Finals decoded ahead, during their utterance's trailing silence (a counter)."""
+        self.early_finals_used = 0
+        """Finals published from a decode made ahead (a counter; the rest was wasted work)."""
 
     @property
     def config(self) -> EngineConfig:
@@ -306,17 +334,26 @@ class StreamingEngine:
             self._close_pending(session)
         due = self._due_jobs()
         if not partials:
-            due = [job for job in due if job.final is not None]
-        jobs = self._within_budget(due)
-        if max_jobs is not None:
+            due = [job for job in due if not job.partial]
+        # Finals decoded ahead go out at once, in a step without a decode; the rest waits one.
+        # (Only a session's oldest queued final: a session's finals go out in order.)
+        ready = [
+            job
+            for job in due
+            if job.final is not None
+            and job.final is job.session.final_jobs[0]
+            and self._decoded_ahead(job) is not None
+        ]
+        jobs = ready or self._within_budget(due)
+        if max_jobs is not None and not ready:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []
-        self.last_step_jobs = len(jobs)
+        self.last_step_jobs = len(jobs) - len(ready)
         batch = self._config.max_batch
         started_s = self._timer()
         for first in range(0, len(jobs), batch):
             outputs.extend(self._decode(jobs[first : first + batch]))
-        decoded_partials = sum(job.final is None for job in jobs)
+        decoded_partials = sum(job.partial for job in jobs)
         if decoded_partials:
             # The partials' share of the step: finals come on top of the budget.
             partials_s = (self._timer() - started_s) * decoded_partials / len(jobs)
@@ -358,8 +395,8 @@ class StreamingEngine:
         a stream of finals."""
         if self._config.step_budget_ms is None:
             return due
-        finals = [job for job in due if job.final is not None]
-        waiting = [job for job in due if job.final is None]
+        finals = [job for job in due if not job.partial]
+        waiting = [job for job in due if job.partial]
         starved_samples = STARVED_HOPS * self._config.hop_ms * SAMPLES_PER_MS
         starving = any(job.session.undecoded_samples() >= starved_samples for job in waiting)
         # Starving partials get the step after a finals step, never two in a row: a final
@@ -388,26 +425,63 @@ class StreamingEngine:
         elif left_out and partials >= cap and partials_s * (cap + 1) / cap <= budget_s:
             self.partial_cap = cap + 1
 
+    def _bias(self, session: Session) -> TokenBias | None:
+        if self._biases is None:
+            return None
+        return self._biases.bias_for(session.tenant, session.key.call_id)
+
+    def _decoded_ahead(self, job: _Job) -> Recognition | None:
+        """The recognition of a final job decoded ahead for exactly its request, if any."""
+        early, final = job.session.early_final, job.final
+        if early is None or final is None:
+            return None
+        if not early.serves(final.start_samples, final.end_samples, self._bias(job.session)):
+            return None
+        return early.recognition
+
+    def _early_silence_samples(self) -> int | None:
+        """Labelled trailing silence at which a final is decoded ahead (None: never)."""
+        if self._config.early_final_ms is None:
+            return None
+        pads = 2 * self._config.endpoint.speech_pad_samples
+        return max(0, self._config.early_final_ms * SAMPLES_PER_MS - pads)
+
     def _due_jobs(self) -> list[_Job]:
+        """Finals, then finals to decode ahead, then partials."""
         finals: list[_Job] = []
+        early: list[_Job] = []
         partials: list[_Job] = []
         hop = self._config.hop_ms * SAMPLES_PER_MS
         minimum = self._config.min_decode_ms * SAMPLES_PER_MS
+        early_silence = self._early_silence_samples()
         for session in self._sessions.values():
             finals.extend(_Job(session, job, job.end_samples) for job in session.final_jobs)
-            if self._config.emit_partials and session.due_partial(hop, minimum):
+            span = None if early_silence is None else session.early_final_span(early_silence)
+            if span is not None:
+                # In trailing silence: the final is decoded once, no partial (nothing new said).
+                decoded = session.early_final
+                if decoded is None or not decoded.serves(*span, self._bias(session)):
+                    early.append(_Job(session, None, span[1], early_start_samples=span[0]))
+            elif self._config.emit_partials and session.due_partial(hop, minimum):
                 partials.append(_Job(session, None, session.vad_position_samples))
-        return finals + partials
+        return finals + early + partials
 
     def _decode(self, jobs: Sequence[_Job]) -> list[EngineOutput]:
-        requests = []
+        requests: list[RecognitionRequest] = []
+        decoded: list[Recognition | None] = []
         for job in jobs:
             session = job.session
-            bias = (
-                self._biases.bias_for(session.tenant, session.key.call_id) if self._biases else None
-            )
+            bias = self._bias(session)
             if job.final is not None:
+                ahead = self._decoded_ahead(job)
+                if ahead is not None:
+                    decoded.append(ahead)
+                    self.early_finals_used += 1
+                    continue
                 audio = session.audio(job.final.start_samples, job.final.end_samples)
+                requests.append(RecognitionRequest(audio, with_word_timings=True, bias=bias))
+            elif job.early_start_samples is not None:
+                audio = session.audio(job.early_start_samples, job.end_samples)
                 requests.append(RecognitionRequest(audio, with_word_timings=True, bias=bias))
             else:
                 utterance = session.utterance
@@ -416,14 +490,22 @@ class StreamingEngine:
                 requests.append(
                     RecognitionRequest(audio, committed=utterance.agreement.committed, bias=bias)
                 )
-        results = self._recognizer.recognize(requests)
+            decoded.append(None)
+        fresh = iter(self._recognizer.recognize(requests) if requests else [])
         outputs: list[EngineOutput] = []
-        for job, result in zip(jobs, results, strict=True):
+        for job, cached in zip(jobs, decoded, strict=True):
+            result = cached if cached is not None else next(fresh)
+            session = job.session
             if job.final is not None:
-                job.session.final_jobs.remove(job.final)
-                outputs.extend(self._final(job.session, job.final, result))
+                session.final_jobs.remove(job.final)
+                outputs.extend(self._final(session, job.final, result))
+            elif job.early_start_samples is not None:
+                session.early_final = EarlyFinal(
+                    job.early_start_samples, job.end_samples, self._bias(session), result
+                )
+                self.early_finals_decoded += 1
             else:
-                outputs.extend(self._partial(job.session, job.end_samples, result))
+                outputs.extend(self._partial(session, job.end_samples, result))
         return outputs
 
     def _partial(
@@ -459,6 +541,9 @@ class StreamingEngine:
 
     def _final(self, session: Session, job: FinalJob, result: Recognition) -> list[EngineOutput]:
         session.finals_through = max(session.finals_through, job.utterance_index)
+        early = session.early_final
+        if early is not None and early.end_samples <= job.end_samples:
+            session.early_final = None  # of this utterance or an earlier one: of no more use
         guard = check_hypothesis(result, self._config.guards)
         text = result.text.strip()
         if guard is not None or not text:

@@ -45,6 +45,7 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
         min_decode_ms=settings.min_decode_ms,
         max_batch=settings.max_batch,
         step_budget_ms=settings.step_budget_ms or None,
+        early_final_ms=settings.early_final_ms or None,
         gate=gate,
         endpoint=endpoint,
         emit_partials=settings.partials,

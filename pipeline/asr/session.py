@@ -30,12 +30,12 @@ from pipeline.asr.endpoint import (
     EndpointReason,
     EndpointSnapshot,
 )
-from pipeline.asr.recognizer import RecognizedWord
+from pipeline.asr.recognizer import Recognition, RecognizedWord
 from pipeline.asr.vad import SpeechGate, SpeechGateConfig, SpeechGateSnapshot
 from pipeline.audio.denoise import StreamDenoiser
 from pipeline.audio.resample import Upsampler2x, UpsamplerState
 
-__all__ = ["FinalJob", "Session", "SessionKey", "SessionSnapshot", "SessionStats"]
+__all__ = ["EarlyFinal", "FinalJob", "Session", "SessionKey", "SessionSnapshot", "SessionStats"]
 
 SAMPLE_RATE_HZ = 16000
 SAMPLES_PER_MS = SAMPLE_RATE_HZ // 1000
@@ -57,6 +57,27 @@ class FinalJob:
     end_samples: int
     decided_at_samples: int
     reason: EndpointReason
+
+
+@dataclass(frozen=True, slots=True)
+class EarlyFinal:
+    """A final decoded ahead, while its utterance's trailing silence was still running.
+
+    Valid for a final of exactly ``[start_samples, end_samples)`` decoded with the same ``bias``
+    object: the request is then identical, and so is its result.
+    """
+
+    start_samples: int
+    end_samples: int
+    bias: object
+    recognition: Recognition
+
+    def serves(self, start_samples: int, end_samples: int, bias: object) -> bool:
+        return (
+            self.start_samples == start_samples
+            and self.end_samples == end_samples
+            and self.bias is bias
+        )
 
 
 @dataclass(slots=True)
@@ -193,6 +214,7 @@ class Session:
         self.finals_through = -1
         self.utterance: OpenUtterance | None = None
         self.final_jobs: deque[FinalJob] = deque()
+        self.early_final: EarlyFinal | None = None
         self.capture_marks: deque[tuple[int, int]] = deque()
         self.last_position: int | None = None
         self.received_end_samples: int | None = None
@@ -361,6 +383,17 @@ class Session:
             utterance.decoded_to_samples, utterance.start_samples
         )
 
+    def early_final_span(self, min_silence_samples: int) -> tuple[int, int] | None:
+        """The span a final of the open utterance would have if it closed now, once its trailing
+        (labelled) silence reaches ``min_silence_samples``; None before, or without one."""
+        utterance = self.utterance
+        end = self.endpoint.last_speech_end_samples
+        if utterance is None or utterance.index <= self.finals_through or end is None:
+            return None
+        if self.endpoint.trailing_silence_samples < min_silence_samples:
+            return None
+        return utterance.start_samples, end
+
     def due_partial(self, hop_samples: int, min_samples: int) -> bool:
         """Whether the open utterance should be re-decoded now."""
         utterance = self.utterance
@@ -466,3 +499,4 @@ class Session:
         self.stats = SessionStats(*snapshot.stats)
         self.utterance = None
         self.final_jobs.clear()
+        self.early_final = None

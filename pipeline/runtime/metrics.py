@@ -48,6 +48,7 @@ __all__ = [
     "CudaApi",
     "Dependency",
     "DurationKind",
+    "EarlyFinalOutcome",
     "GpuSample",
     "HallucinationGuard",
     "HotwordScope",
@@ -103,6 +104,15 @@ class HallucinationGuard(enum.StrEnum):
     LOG_PROB = "log_prob"
     REPETITION = "repetition"
     WORDS_PER_SECOND = "words_per_second"
+
+
+class EarlyFinalOutcome(enum.StrEnum):
+    """What became of the work of finals decoded ahead (``EngineConfig.early_final_ms``)."""
+
+    DECODED = "decoded"
+    """A final was decoded during its utterance's trailing silence."""
+    USED = "used"
+    """A final was published from such a decode (the difference was wasted: speech resumed)."""
 
 
 class RewindCause(enum.StrEnum):
@@ -263,6 +273,13 @@ PARTIALS_THINNED = MetricSpec(
     (),
     "Partials skipped under load (finals go first) or dropped on a full producer queue.",
 )
+EARLY_FINALS = MetricSpec(
+    "asr_early_finals_total",
+    MetricType.COUNTER,
+    (LabelSpec("outcome", enum_values(EarlyFinalOutcome)),),
+    "Finals decoded ahead in their utterance's trailing silence, and those of them published "
+    "(decoded minus used: work wasted because speech resumed).",
+)
 TRANSACTION_REWINDS = MetricSpec(
     "asr_transaction_rewinds_total",
     MetricType.COUNTER,
@@ -324,6 +341,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     HALLUCINATIONS_SUPPRESSED,
     HOTWORD_UPDATES,
     PARTIALS_THINNED,
+    EARLY_FINALS,
     TRANSACTION_REWINDS,
     DEPENDENCY_UP,
     MODEL_INFO,
@@ -443,6 +461,7 @@ class WorkerMetrics:
         self._hallucinations = _counter(HALLUCINATIONS_SUPPRESSED, registry)
         self._hotword_updates = _counter(HOTWORD_UPDATES, registry)
         self._partials_thinned = _counter(PARTIALS_THINNED, registry)
+        self._early_finals = _counter(EARLY_FINALS, registry)
         self._transaction_rewinds = _counter(TRANSACTION_REWINDS, registry)
         self._dependency_up = _gauge(DEPENDENCY_UP, registry)
         self._model_info = Info(
@@ -504,6 +523,9 @@ class WorkerMetrics:
 
     def count_thinned_partials(self, count: int = 1) -> None:
         self._partials_thinned.inc(count)
+
+    def count_early_finals(self, outcome: EarlyFinalOutcome | str, count: int = 1) -> None:
+        self._early_finals.labels(EarlyFinalOutcome(outcome).value).inc(count)
 
     def count_transaction_rewind(self, cause: RewindCause | str) -> None:
         self._transaction_rewinds.labels(RewindCause(cause).value).inc()

@@ -65,7 +65,13 @@ from pipeline.runtime.kafka import (
     partials_producer_config,
     transactional_producer_config,
 )
-from pipeline.runtime.metrics import ChunkOutcome, DurationKind, RewindCause, WorkerMetrics
+from pipeline.runtime.metrics import (
+    ChunkOutcome,
+    DurationKind,
+    EarlyFinalOutcome,
+    RewindCause,
+    WorkerMetrics,
+)
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
@@ -143,6 +149,7 @@ class AsrWorker:
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
         self._audio_ms_since_step = 0.0
+        self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         self._gpu = torch.cuda.is_available()
         self._last_gpu_sample_ms = 0
         self._consumer: Any = None
@@ -221,6 +228,7 @@ class AsrWorker:
                 self._audio_ms_since_step / 1000,
             )
             self._audio_ms_since_step = 0.0
+        self._count_early_finals()
         self._sample_gpu()
         for output in outputs:
             self._route(output)
@@ -232,6 +240,14 @@ class AsrWorker:
         self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
+
+    def _count_early_finals(self) -> None:
+        counts = (self._engine.early_finals_decoded, self._engine.early_finals_used)
+        if counts != self._early_finals_seen:
+            (decoded, used), (seen_decoded, seen_used) = counts, self._early_finals_seen
+            self._metrics.count_early_finals(EarlyFinalOutcome.DECODED, decoded - seen_decoded)
+            self._metrics.count_early_finals(EarlyFinalOutcome.USED, used - seen_used)
+            self._early_finals_seen = counts
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""

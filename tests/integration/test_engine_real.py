@@ -264,6 +264,27 @@ def test_the_same_file_twice_gives_identical_finals(
     assert [timing_view(f) for f in again] == [timing_view(f) for f in corpus.finals(record["id"])]
 
 
+def test_finals_decoded_ahead_equal_finals_decoded_at_the_endpoint(
+    corpus: Corpus, engine: StreamingEngine
+) -> None:
+    """The corpus engine decodes finals ahead, in trailing silence (``early_final_ms``, on by
+    default); an engine that decodes them at the endpoint gives the same finals."""
+    assert engine.early_finals_used > 0
+    at_endpoint = build_engine(
+        AsrSettings(threads=2, partials=False, early_final_ms=0), ManualClock(EMIT_MS)
+    ).engine
+    assert at_endpoint.config.early_final_ms is None
+    pauses = records("pause")
+    outputs, _ = stream(at_endpoint, [load(r, call_id=r["id"]) for r in pauses])
+    assert at_endpoint.early_finals_decoded == 0
+    for record in pauses:
+        finals = finals_of(outputs, record["id"])
+        assert finals
+        assert [timing_view(f) for f in finals] == [
+            timing_view(f) for f in corpus.finals(record["id"])
+        ]
+
+
 def test_telephone_codec_audio_decodes_like_its_pcm_source(corpus: Corpus) -> None:
     for record in records("telephone_codec"):
         codec, pcm = corpus.finals(record["id"]), corpus.finals(record["pcm_id"])

@@ -150,25 +150,31 @@ def final_requests(fake: FakeRecognizer) -> list[RecognitionRequest]:
 
 
 @pytest.mark.parametrize(
-    ("gap_frames", "utterances"),
-    [(9, 1), (24, 1), (SPLIT_FRAMES, 2), (32, 2)],
+    ("gap_frames", "utterances", "wasted_early_final"),
+    [(9, 1, False), (24, 1, True), (SPLIT_FRAMES, 2, False), (32, 2, False)],
     ids=["288ms", "768ms", "800ms", "1024ms"],
 )
-def test_a_pause_of_800_ms_or_more_splits_the_utterance(gap_frames: int, utterances: int) -> None:
+def test_a_pause_of_800_ms_or_more_splits_the_utterance(
+    gap_frames: int, utterances: int, wasted_early_final: bool
+) -> None:
     runs = (10, 40, gap_frames, 40, 30)
     engine, fake = make_engine()
     got = finals(run(engine, signal(*runs)))
-    expected = loud_spans_ms(*runs)
-    if utterances == 1:
-        expected = [(expected[0][0], expected[1][1])]
+    loud = loud_spans_ms(*runs)
+    expected = loud if utterances == 2 else [(loud[0][0], loud[1][1])]
     assert spans(got) == expected
     assert reasons(got) == [EndpointReason.SILENCE] * utterances
     assert [f.utterance_index for f in got] == list(range(utterances))
     assert [f.utterance_id for f in got] == [f"call-1:mono:{i}" for i in range(utterances)]
-    # Each final was decoded from exactly its utterance's audio.
+    # Each final was decoded once, from exactly its utterance's audio, ahead of its endpoint; a
+    # pause longer than early_final_ms but shorter than the endpoint costs one decode of the
+    # speech before it.
+    decoded = [loud[0]] if wasted_early_final else []
     assert [len(r.audio) for r in final_requests(fake)] == [
-        (end - start) * RATE_HZ // 1000 for start, end in expected
+        (end - start) * RATE_HZ // 1000 for start, end in [*decoded, *expected]
     ]
+    assert engine.early_finals_used == utterances
+    assert engine.early_finals_decoded == utterances + wasted_early_final
 
 
 def test_final_text_and_word_timings_come_from_the_recognizer() -> None:

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import FixtureClip
+from bench.common import FixtureClip, TextUpdate, refresh_staleness_ms
 from bench.peer_sweep import (
+    is_sustained,
     plan_channels,
     rerender,
     score,
@@ -88,6 +89,8 @@ def run_entry(channels: int, p95: float, sustained: bool) -> dict[str, Any]:
     return {
         **level(channels, p95, sustained, errors=1),
         "chunk_to_partial_s": stats,
+        "partial_refresh_s": stats,
+        "hop_s": 0.5,
         "endpoint_to_final_s": stats,
         "wer": 0.01,
         "process_cpu_percent_of_machine": 40.0,
@@ -118,3 +121,32 @@ def test_report_only_rebuilds_summary_markdown_and_figure(tmp_path: Path) -> Non
     text = (tmp_path / "peer_sweep.md").read_text()
     assert "between 1.33× and 7.00×" in text
     assert (tmp_path / "peer_sweep.png").stat().st_size > 0
+
+
+def test_refresh_staleness_is_the_age_of_the_replaced_partial() -> None:
+    updates = [
+        TextUpdate("a", 0, emit_ms=1_300, covered_capture_ms=1_000),  # first: its latency
+        TextUpdate("b", 0, emit_ms=1_350, covered_capture_ms=1_200),
+        TextUpdate("a", 0, emit_ms=3_100, covered_capture_ms=3_000),  # replaces a@1000
+        TextUpdate("a", 1, emit_ms=5_200, covered_capture_ms=5_000),  # next utterance: latency
+    ]
+    assert sorted(refresh_staleness_ms(updates)) == sorted([300, 150, 2_100, 200])
+
+
+def sustain_case(p95: float, refresh_p95: float, hop_s: float, drained: bool = True) -> bool:
+    return is_sustained(
+        {
+            "chunk_to_partial_s": {"p95": p95},
+            "partial_refresh_s": {"p95": refresh_p95},
+            "hop_s": hop_s,
+            "drained": drained,
+        }
+    )
+
+
+def test_sustained_needs_fresh_partials_as_well_as_fast_ones() -> None:
+    assert sustain_case(0.4, 1.9, hop_s=0.5)
+    assert not sustain_case(0.4, 2.1, hop_s=0.5)  # fast partials, but rare ones
+    assert sustain_case(1.2, 2.4, hop_s=1.0)
+    assert not sustain_case(1.6, 1.6, hop_s=1.0)
+    assert not sustain_case(0.4, 0.6, hop_s=0.5, drained=False)
