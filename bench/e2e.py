@@ -168,7 +168,7 @@ def worker_env(kafka: KafkaSettings, group_id: str, threads: int, port: int) -> 
         "STREAMSCRIBE_METRICS_PORT": str(port),
         "STREAMSCRIBE_TORCH_THREADS": str(threads),
         "STREAMSCRIBE_DEVICE": "cpu",
-        "STREAMSCRIBE_LOG_LEVEL": "WARNING",
+        "STREAMSCRIBE_LOG_LEVEL": os.environ.get("BENCH_WORKER_LOG_LEVEL", "WARNING"),
     }
 
 
@@ -357,6 +357,20 @@ def histogram_quantiles(text: str | None, metric: str = "asr_duration_seconds") 
     return result
 
 
+def counter_totals(text: str | None, metric: str, label: str = "") -> dict[str, float]:
+    """A counter's ``<metric>_total`` samples by the value of ``label`` ("" for unlabelled)."""
+    if not text:
+        return {}
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        sample.labels.get(label, ""): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == f"{metric}_total"
+    }
+
+
 def gauge_sum(text: str | None, metric: str) -> float | None:
     """The sum of a gauge's samples in a Prometheus exposition; None when it has none."""
     if not text:
@@ -464,7 +478,12 @@ def latency_run(calls: int, threads: int, seed: int) -> dict[str, Any]:
                 cpu_after = process.cpu_times()
                 cpu_s = (cpu_after.user + cpu_after.system) - (cpu_before.user + cpu_before.system)
                 rss = process.memory_info().rss
-                histogram = histogram_quantiles(worker.scrape())
+                exposition = worker.scrape()
+                histogram = histogram_quantiles(exposition)
+                counters = {
+                    "early_finals": counter_totals(exposition, "asr_early_finals", "outcome"),
+                    "partials_thinned": counter_totals(exposition, "asr_partials_thinned").get(""),
+                }
                 shutdown_s = worker.terminate()
         finally:
             reader.stop()
@@ -504,6 +523,7 @@ def latency_run(calls: int, threads: int, seed: int) -> dict[str, Any]:
         "worker_cpu_s_per_audio_s": cpu_s / audio_s,
         "worker_rss_bytes": rss,
         "worker_histogram": histogram,
+        "worker_counters": counters,
         "worker_sigterm_exit_s": shutdown_s,
         "finals_by_key": {_stable_key(r.value): r.value["text"] for r in finals},
     }

@@ -460,6 +460,21 @@ def is_sustained(level: dict[str, Any]) -> bool:
     )
 
 
+def fast_partials_channels(levels: Sequence[dict[str, Any]]) -> int:
+    """Largest N with P95 chunk → partial ≤ 1.5 s and every channel finished: the issue's
+    criterion, blind to how often partials come (see ``is_sustained``)."""
+    return max(
+        (
+            level["channels"]
+            for level in levels
+            if level["drained"]
+            and level["chunk_to_partial_s"]["p95"] is not None
+            and level["chunk_to_partial_s"]["p95"] <= SUSTAIN_P95_S
+        ),
+        default=0,
+    )
+
+
 def sustained_channels(levels: Sequence[dict[str, Any]]) -> tuple[int, bool]:
     """Largest N sustained (see ``sweep``), and whether that is only a lower bound (the
     largest N tried still met it)."""
@@ -476,6 +491,7 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         failing = [lv["channels"] for lv in levels if lv["channels"] > best and not lv["sustained"]]
         summary["systems"][name] = {
             "runs": levels,
+            "fast_partials_channels": fast_partials_channels(levels),
             "sustained_channels": best,
             "sustained_is_lower_bound": at_least,
             "first_failing_channels": min(failing, default=None),
@@ -485,6 +501,11 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         summary["channel_ratio"] = (
             ours["sustained_channels"] / peer["sustained_channels"]
             if peer["sustained_channels"]
+            else None
+        )
+        summary["fast_partials_ratio"] = (
+            ours["fast_partials_channels"] / peer["fast_partials_channels"]
+            if peer["fast_partials_channels"]
             else None
         )
         # The grid only brackets each system's true capacity: between its sustained N and the
@@ -575,6 +596,14 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
         for name, system in summary["systems"].items()
     ]
     parts.append("Channels sustained: " + ", ".join(facts) + ".")
+    fast = [
+        f"{name} {system['fast_partials_channels']}" for name, system in summary["systems"].items()
+    ]
+    parts.append(
+        "Largest N at P95 chunk → partial ≤ 1.5 s alone (the issue's criterion, blind to how "
+        "often partials come; streamscribe's step budget keeps this latency low under any load "
+        "by emitting fewer partials): " + ", ".join(fast) + "."
+    )
     if "wer_pooled" in summary:
         pooled = summary["wer_pooled"]
         low, high = summary["channel_ratio_bounds"]
@@ -651,6 +680,13 @@ def targets(summary: dict[str, Any]) -> list[Target]:
     if "wer_pooled" not in summary:
         return []
     return [
+        Target(
+            "channels at P95 chunk → partial ≤ 1.5 s (the issue's criterion), streamscribe / peer",
+            summary.get("fast_partials_ratio"),
+            TARGET_RATIO,
+            "×",
+            higher_is_better=True,
+        ),
         Target(
             "channels sustained (partial latency and refresh), streamscribe / peer",
             summary["channel_ratio"],
@@ -737,6 +773,7 @@ def _numbers(summary: dict[str, Any], found: Sequence[Target]) -> dict[str, Any]
             name: system["sustained_channels"] for name, system in summary["systems"].items()
         },
         "channel_ratio": summary.get("channel_ratio"),
+        "fast_partials_ratio": summary.get("fast_partials_ratio"),
         "channel_ratio_bounds": summary.get("channel_ratio_bounds"),
         "wer_pooled": summary.get("wer_pooled"),
         "targets": [target.to_dict() for target in found],

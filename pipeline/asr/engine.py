@@ -322,11 +322,20 @@ class StreamingEngine:
         """Finals queued (endpoint decided, not decoded yet)."""
         return sum(len(session.final_jobs) for session in self._sessions.values())
 
-    def step(self, max_jobs: int | None = None, *, partials: bool = True) -> list[EngineOutput]:
+    def step(
+        self,
+        max_jobs: int | None = None,
+        *,
+        partials: bool = True,
+        partials_first: bool = False,
+    ) -> list[EngineOutput]:
         """Run VAD and recognition for every session that has work; return the outputs.
 
         ``partials=False`` decodes finals only (load shedding: partials are thinned before
         finals are delayed); the skipped partials stay due and run in a later step.
+        ``max_jobs=0`` runs the VAD only (a caller catching up on a backlog defers decodes).
+        ``partials_first``: under a step budget, a due partial step goes before the finals
+        this once (after a backlog, so the live text resumes before the backlog's finals).
         """
         sessions = list(self._sessions.values())
         self._run_vad(sessions)
@@ -344,7 +353,7 @@ class StreamingEngine:
             and job.final is job.session.final_jobs[0]
             and self._decoded_ahead(job) is not None
         ]
-        jobs = ready or self._within_budget(due)
+        jobs = ready or self._within_budget(due, partials_first=partials_first)
         if max_jobs is not None and not ready:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []
@@ -387,7 +396,7 @@ class StreamingEngine:
             session.close_stream(EndpointReason.FORCED)
             session.flush_pending = False
 
-    def _within_budget(self, due: list[_Job]) -> list[_Job]:
+    def _within_budget(self, due: list[_Job], *, partials_first: bool = False) -> list[_Job]:
         """Under a step budget: every due final alone (returned without waiting for partials),
         except right after such a step when a partial has waited ``STARVED_HOPS`` hops of audio;
         otherwise at most ``partial_cap`` partials, the most undecoded audio first. Finals go
@@ -401,7 +410,9 @@ class StreamingEngine:
         starving = any(job.session.undecoded_samples() >= starved_samples for job in waiting)
         # Starving partials get the step after a finals step, never two in a row: a final
         # waits for at most one budgeted step of partials.
-        finals_turn = bool(finals) and not (starving and self._finals_stepped)
+        finals_turn = bool(finals) and not (
+            (starving and self._finals_stepped) or (partials_first and waiting)
+        )
         self._finals_stepped = finals_turn
         if finals_turn:
             return finals

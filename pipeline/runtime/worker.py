@@ -19,6 +19,12 @@ repeated. Partials go through a separate idempotent producer and may repeat afte
 Rebalance hooks (``_on_assign``/``_on_revoke``/``_on_lost``) run inside ``consume``, on the loop's
 thread: revoke commits first and then forgets the partitions' sessions; assign reads the
 partitions' checkpoints and restores them.
+
+Catching up. After partitions are assigned the loop first reads their backlog (the audio since
+the low watermark: after a crash, everything said during the failover) with VAD-only steps, while
+the newly assigned partitions are more than a poll batch behind their high watermarks (at most
+``CATCH_UP_MAX_S``); the first step after that decodes partials before the backlog's finals, so
+live text resumes first (the finals are late already and follow in the next step).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,6 +99,11 @@ TRANSACTION_TIMEOUT_S = 30.0
 # How long past its own timeout a transactional call may block before the producer is given up
 # as stuck (see ``_bounded``).
 STUCK_GRACE_S = 5.0
+CATCH_UP_MAX_S = 30.0
+"""Longest catch-up (VAD-only steps) after an assignment; then decoding resumes regardless."""
+CATCH_UP_FIRST_FETCH_S = 1.0
+"""How long empty polls right after an assignment still count as catching up (the first fetch
+from newly assigned partitions takes a moment)."""
 
 
 def default_worker_id() -> str:
@@ -150,6 +161,9 @@ class AsrWorker:
         self._closing = False
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
+        self._catch_up_until: float | None = None  # monotonic deadline while catching up
+        self._catch_up_partitions: frozenset[int] = frozenset()
+        self._assigned_at = 0.0
         self._gpu = torch.cuda.is_available()
         self._last_gpu_sample_ms = 0
         self._consumer: Any = None
@@ -218,9 +232,16 @@ class AsrWorker:
         for record in records:
             self._handle(record)
         started = time.perf_counter()
-        outputs = self._engine.step(
-            max_jobs=self._worker.max_step_jobs, partials=not self._thinning()
-        )
+        if self._catching_up():
+            outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
+        else:
+            caught_up = self._catch_up_until is not None
+            self._catch_up_until = None
+            outputs = self._engine.step(
+                max_jobs=self._worker.max_step_jobs,
+                partials=not self._thinning(),
+                partials_first=caught_up,
+            )
         if self._engine.last_step_jobs:
             self._metrics.observe_step(
                 self._engine.last_step_jobs,
@@ -240,6 +261,40 @@ class AsrWorker:
         self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
+
+    def _catching_up(self) -> bool:
+        """Still reading an assignment's backlog: its partitions are more than a poll batch
+        behind (or not fetched yet, just after the assignment), within ``CATCH_UP_MAX_S``."""
+        until, now = self._catch_up_until, time.monotonic()
+        if until is None or now >= until:
+            return False
+        backlog, unknown = self._backlog_records(self._catch_up_partitions)
+        if unknown and now - self._assigned_at < CATCH_UP_FIRST_FETCH_S:
+            return True
+        return backlog > self._worker.poll_batch
+
+    def _backlog_records(self, partitions: Iterable[int]) -> tuple[int, bool]:
+        """Records between the partitions' positions and their (cached) high watermarks, and
+        whether some partition has delivered nothing yet (idle, or its first fetch pending)."""
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        total, unknown = 0, False
+        for partition in partitions:
+            progress = self._partitions.get(partition)
+            if progress is None:
+                continue  # revoked meanwhile
+            high = -1
+            if progress.next_offset >= 0:
+                try:
+                    _, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), cached=True
+                    )
+                except KafkaException:
+                    high = -1
+            if high < 0:
+                unknown = True
+                continue
+            total += max(0, high - progress.next_offset)
+        return total, unknown
 
     def _count_early_finals(self) -> None:
         counts = (self._engine.early_finals_decoded, self._engine.early_finals_used)
@@ -735,6 +790,10 @@ class AsrWorker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
         self._restore(numbers)
+        if numbers:
+            self._assigned_at = time.monotonic()
+            self._catch_up_until = self._assigned_at + CATCH_UP_MAX_S
+            self._catch_up_partitions = frozenset(numbers)
         self.status.assigned = self.status.assigned | frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
         self._event(EventType.PARTITIONS_ASSIGNED, detail={"partitions": sorted(numbers)})
@@ -776,10 +835,12 @@ class AsrWorker:
 
     def _restore(self, partitions: Iterable[int]) -> None:
         """Read the partitions' checkpoints and rebuild their sessions' starting state."""
-        for partition in partitions:
+        numbers = list(partitions)
+        checkpoints = self._read_checkpoints(numbers)
+        for partition in numbers:
             progress = PartitionProgress(partition)
             self._partitions[partition] = progress
-            for record in self._read_checkpoints(partition):
+            for record in checkpoints.get(partition, ()):
                 if isinstance(record, PartitionCheckpoint):
                     progress.handled_through = record.handled_through
                     progress.checkpointed_handled_through = record.handled_through
@@ -809,46 +870,61 @@ class AsrWorker:
         else:
             self._engine.expect(key, checkpoint.finals_through)
 
-    def _read_checkpoints(self, partition: int) -> list[SessionCheckpoint | PartitionCheckpoint]:
-        """The latest checkpoint of every key in one partition of ``asr.checkpoints``.
+    def _read_checkpoints(
+        self, partitions: Sequence[int]
+    ) -> dict[int, list[SessionCheckpoint | PartitionCheckpoint]]:
+        """The latest checkpoint of every key in these partitions of ``asr.checkpoints``.
 
-        Reads ``read_committed`` up to the end; a dead worker's open transaction holds the end
-        back until it is aborted (``transaction.timeout.ms``), which is what makes the read safe.
+        One reader for all of them (a takeover after a crash restores every partition of the
+        dead worker at once: a reader per partition cost a client start and a first fetch
+        each). Reads ``read_committed`` up to the end; a dead worker's open transaction holds
+        the end back until it is aborted (``transaction.timeout.ms``), which is what makes the
+        read safe.
         """
+        if not partitions:
+            return {}
         topic = self._topics[TopicRole.CHECKPOINTS]
         reader = Consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
-        latest: dict[bytes, SessionCheckpoint | PartitionCheckpoint] = {}
+        latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
         try:
-            low, high = reader.get_watermark_offsets(
-                TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
-            )
-            if high <= low:
-                return []
-            reader.assign([TopicPartition(topic, partition, low)])
+            ends: dict[int, int] = {}
+            starts = []
+            for partition in partitions:
+                low, high = reader.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
+                )
+                if high > low:
+                    ends[partition] = high
+                    starts.append(TopicPartition(topic, partition, low))
+            if not starts:
+                return {}
+            reader.assign(starts)
             deadline = time.monotonic() + CHECKPOINT_READ_TIMEOUT_S
-            while time.monotonic() < deadline:
+            while ends and time.monotonic() < deadline:
                 for record in reader.consume(num_messages=1000, timeout=0.2):
                     key, value = record.key(), record.value()
                     if record.error() is not None or key is None:
                         continue
+                    found = latest.setdefault(record.partition(), {})
                     if value is None:
-                        latest.pop(key, None)
+                        found.pop(key, None)
                         continue
                     try:
-                        latest[key] = decode_checkpoint(key, value)
+                        found[key] = decode_checkpoint(key, value)
                     except ValueError as error:
                         logger.warning("skipping malformed checkpoint: %s", error)
-                position = reader.position([TopicPartition(topic, partition)])[0].offset
-                if position >= high:
-                    break
-            else:
+                positions = reader.position([TopicPartition(topic, p) for p in ends])
+                for position in positions:
+                    if position.offset >= ends[position.partition]:
+                        del ends[position.partition]
+            if ends:
                 raise InfrastructureError(
-                    f"could not read checkpoints of partition {partition} within "
+                    f"could not read checkpoints of partition(s) {sorted(ends)} within "
                     f"{CHECKPOINT_READ_TIMEOUT_S:.0f} s"
                 )
         finally:
             reader.close()
-        return list(latest.values())
+        return {partition: list(found.values()) for partition, found in latest.items()}
 
 
 def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> None:

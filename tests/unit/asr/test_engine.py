@@ -942,3 +942,25 @@ def test_under_a_budget_a_final_goes_alone_and_the_partials_follow() -> None:
     # The final is decoded alone, and the next step serves the waiting partial.
     assert len(fake.calls[first_final]) == 1
     assert kinds[first_final + 1] == "partial"
+
+
+def test_max_jobs_zero_runs_the_vad_only_and_keeps_every_decode_due() -> None:
+    engine, fake = make_engine()
+    audio = signal(10, 40, 30, 40, 10)
+    engine.accept(KEY, audio, RATE_HZ)
+    assert engine.step(max_jobs=0) == []
+    assert fake.calls == []
+    assert engine.pending_finals() == 1  # the first utterance ended in the backlog
+    assert finals(engine.step())  # decoded by the next ordinary step
+
+
+def test_partials_first_lets_the_live_partials_go_before_a_backlogs_finals() -> None:
+    engine, _fake = budget_engine(600)
+    a, b = SessionKey("call-a", "mono"), SessionKey("call-b", "mono")
+    engine.accept(a, signal(10, 40, 40), RATE_HZ)  # a backlog whose utterance ended
+    engine.accept(b, signal(10, 60), RATE_HZ)  # a backlog still speaking
+    engine.step(max_jobs=0)
+    first = engine.step(partials_first=True)
+    assert partials(first)
+    assert not finals(first)
+    assert finals(engine.step())  # the backlog's final comes next

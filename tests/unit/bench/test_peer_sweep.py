@@ -10,6 +10,7 @@ import numpy as np
 
 from bench.common import FixtureClip, TextUpdate, refresh_staleness_ms
 from bench.peer_sweep import (
+    fast_partials_channels,
     is_sustained,
     plan_channels,
     rerender,
@@ -150,3 +151,9 @@ def test_sustained_needs_fresh_partials_as_well_as_fast_ones() -> None:
     assert sustain_case(1.2, 2.4, hop_s=1.0)
     assert not sustain_case(1.6, 1.6, hop_s=1.0)
     assert not sustain_case(0.4, 0.6, hop_s=0.5, drained=False)
+
+
+def test_fast_partials_channels_ignores_refresh() -> None:
+    levels = [level(1, 0.4, True), level(8, 0.5, False), level(16, 1.7, False)]
+    assert fast_partials_channels(levels) == 8
+    assert fast_partials_channels([{**level(4, 0.4, True), "drained": False}]) == 0
