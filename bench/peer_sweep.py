@@ -105,8 +105,10 @@ class _Recording(StreamingEngine):
         super().__init__(*args, **kwargs)
         self.finals: list[Final] = []
 
-    def step(self, max_jobs: int | None = None, *, partials: bool = True) -> list[EngineOutput]:
-        outputs = super().step(max_jobs, partials=partials)
+    def step(
+        self, max_jobs: int | None = None, *, partials: bool = True, partials_first: bool = False
+    ) -> list[EngineOutput]:
+        outputs = super().step(max_jobs, partials=partials, partials_first=partials_first)
         self.finals.extend(output for output in outputs if isinstance(output, Final))
         return outputs
 

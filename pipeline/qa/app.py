@@ -454,6 +454,8 @@ class QaApp:
         if after.end_reason is not None and (before is None or not before.ended):
             self.metrics.count_ended(after.end_reason)
         wait_ms = self.analytics.publication_wait_ms(after)
+        if wait_ms is not None and not after.complete:
+            wait_ms = max(wait_ms, self._startup_grace_ms())
         if wait_ms == 0:
             after, summary = self.analytics.publish(after, self._load_finals(after))
             if summary is not None:
@@ -465,6 +467,16 @@ class QaApp:
         elif wait_ms is not None:
             self._tick_later(call_id, wait_ms)
         self.calls[call_id] = after.to_json()
+
+    def _startup_grace_ms(self) -> int:
+        """How much longer an incomplete ended call must wait because this process only just
+        became ready: the end grace counts from readiness too. After a restart both input topics
+        have a backlog, and the forwarder of asr.events can run ahead of the one of asr.finals:
+        a call's end could be read, and its grace run out, before its finals were."""
+        grace_ms = self.analytics.end_grace_ms
+        if self._ready_since_ms is None:
+            return grace_ms
+        return max(0, grace_ms - (self.clock.now_ms() - self._ready_since_ms))
 
     # -- views ---------------------------------------------------------------------------------
 

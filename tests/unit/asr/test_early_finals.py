@@ -152,10 +152,23 @@ def test_under_a_budget_decodes_ahead_take_the_finals_turn() -> None:
     assert all(len({r.with_word_timings for r in call}) == 1 for call in fake.calls)
 
 
-@pytest.mark.parametrize("early_final_ms", [0, -1, 800, 900])
-def test_early_final_ms_must_be_inside_the_silence_rule(early_final_ms: int) -> None:
+@pytest.mark.parametrize("early_final_ms", [0, -1])
+def test_early_final_ms_must_be_positive(early_final_ms: int) -> None:
     with pytest.raises(ConfigError, match="early_final_ms"):
         EngineConfig(early_final_ms=early_final_ms)
+
+
+def test_early_final_ms_beyond_the_endpoint_never_fires() -> None:
+    # A tenant with a short endpoint (the replay gate's "worse config" uses 200 ms) keeps the
+    # default: the endpoint comes first and every final is decoded there.
+    config = EngineConfig(
+        min_decode_ms=500,
+        endpoint=EndpointConfig(trailing_silence_ms=200, speech_pad_ms=PAD_MS),
+        early_final_ms=300,
+    )
+    engine = StreamingEngine(FakeRecognizer(), EnergyVad(), config, ManualClock(EMIT_MS))
+    assert finals(run(engine, signal(10, 40, 30)))
+    assert engine.early_finals_decoded == 0
 
 
 def test_a_final_decoded_ahead_does_not_wait_for_other_sessions_decodes() -> None:
