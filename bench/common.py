@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import ctypes
 import datetime as dt
+import functools
 import gc
 import json
 import math
@@ -338,8 +339,12 @@ def single_clips(kinds: Iterable[str]) -> list[FixtureClip]:
     return clips
 
 
+@functools.cache
 def call_clips(include_8k: bool = True) -> list[FixtureClip]:
-    """Every channel of every fixture call (``call01_billing:agent`` …) with its turns."""
+    """Every channel of every fixture call (``call01_billing:agent`` …) with its turns.
+
+    Read once per process (a benchmark runs many levels over the same clips); callers must not
+    modify the list or its arrays."""
     from pipeline.audio.files import read_call_audio
 
     refs = load_refs()

@@ -40,6 +40,7 @@ import torch
 from bench.common import (
     SHARED_MACHINE_NOTE,
     CpuMeter,
+    FixtureClip,
     Target,
     TextUpdate,
     add_device_option,
@@ -78,13 +79,15 @@ TARGET_SESSION_OVERHEAD_MB = 2.0
 MEMORY_SAMPLE_EVERY_S = 1.0
 
 
-@dataclass
-class _Stream:
-    key: SessionKey
+@dataclass(frozen=True, slots=True)
+class PlannedChannel:
+    """One live channel of a level: its audio and when its first sample is captured."""
+
+    stream_id: str  # the call id of its session
+    channel: str  # the session's channel label
     samples: npt.NDArray[np.float32]
     sample_rate_hz: int
     start_s: float  # monotonic time its first sample is captured
-    next_chunk: int = 0
 
     @property
     def chunk_samples(self) -> int:
@@ -95,7 +98,30 @@ class _Stream:
         return -(-len(self.samples) // self.chunk_samples)
 
     def due_s(self, chunk: int) -> float:
+        """When chunk ``chunk`` is complete (handed over): ``start + (chunk + 1) × 20 ms``."""
         return self.start_s + (chunk + 1) * CHUNK_MS / 1000
+
+
+def plan_channels(
+    channels: int, duration_s: float, seed: int, t0: float, clips: Sequence[FixtureClip]
+) -> list[PlannedChannel]:
+    """A level's channels: clip ``i mod len(clips)``, cut to ``duration_s``, starting at
+    ``t0 + U(0, START_SPREAD_S)`` drawn from ``default_rng(seed)`` (the same plan for every
+    system a level is run on)."""
+    rng = np.random.default_rng(seed)
+    planned = []
+    for i in range(channels):
+        clip = clips[i % len(clips)]
+        planned.append(
+            PlannedChannel(
+                f"c{channels}-{i}-{clip.clip_id.split(':')[0]}",
+                clip.clip_id[-8:],
+                clip.samples[: int(duration_s * clip.sample_rate_hz)],
+                clip.sample_rate_hz,
+                t0 + float(rng.uniform(0, START_SPREAD_S)),
+            )
+        )
+    return planned
 
 
 def _engine_buffer_bytes(engine: StreamingEngine) -> int:
@@ -118,22 +144,11 @@ def run_level(
     seed: int,
     max_step_jobs: int,
 ) -> dict[str, Any]:
-    clips = call_clips()
-    rng = np.random.default_rng(seed)
     epoch_offset_s = time.time() - time.monotonic()
     t0 = time.monotonic() + 0.2
-    streams = []
-    for i in range(channels):
-        clip = clips[i % len(clips)]
-        samples = clip.samples[: int(duration_s * clip.sample_rate_hz)]
-        streams.append(
-            _Stream(
-                SessionKey(f"c{channels}-{i}-{clip.clip_id.split(':')[0]}", clip.clip_id[-8:]),
-                samples,
-                clip.sample_rate_hz,
-                t0 + float(rng.uniform(0, START_SPREAD_S)),
-            )
-        )
+    streams = plan_channels(channels, duration_s, seed, t0, call_clips())
+    keys = [SessionKey(stream.stream_id, stream.channel) for stream in streams]
+    next_chunk = [0] * len(streams)
     release_memory()
     baseline_rss = rss_bytes()
     partial_latency_ms: list[float] = []
@@ -149,20 +164,20 @@ def run_level(
     next_memory_s = t0
     while True:
         now = time.monotonic()
-        for stream in streams:
-            while stream.next_chunk < stream.chunks and stream.due_s(stream.next_chunk) <= now:
-                k = stream.next_chunk
+        for n, stream in enumerate(streams):
+            while next_chunk[n] < stream.chunks and stream.due_s(next_chunk[n]) <= now:
+                k = next_chunk[n]
                 size = stream.chunk_samples
                 capture_ms = round((stream.start_s + k * CHUNK_MS / 1000 + epoch_offset_s) * 1000)
                 engine.accept(
-                    stream.key,
+                    keys[n],
                     stream.samples[k * size : (k + 1) * size],
                     stream.sample_rate_hz,
                     capture_ms=capture_ms,
                     end_of_stream=k == stream.chunks - 1,
                 )
                 lateness_ms.append(1000 * (now - stream.due_s(k)))
-                stream.next_chunk += 1
+                next_chunk[n] += 1
         started = time.perf_counter()
         outputs = engine.step(max_jobs=max_step_jobs)
         elapsed = time.perf_counter() - started
@@ -199,7 +214,9 @@ def run_level(
                 }
             )
             next_memory_s = now + MEMORY_SAMPLE_EVERY_S
-        pending = [s.due_s(s.next_chunk) for s in streams if s.next_chunk < s.chunks]
+        pending = [
+            s.due_s(next_chunk[n]) for n, s in enumerate(streams) if next_chunk[n] < s.chunks
+        ]
         if not pending and not engine.sessions:
             break
         if pending and not decoded:

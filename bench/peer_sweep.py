@@ -35,12 +35,10 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 import torch
 
 from bench import engine_concurrency
@@ -59,6 +57,7 @@ from bench.common import (
     refresh_staleness_ms,
     write_results,
 )
+from bench.engine_concurrency import plan_channels
 from bench.peer import (
     FinalObservation,
     PartialObservation,
@@ -196,48 +195,6 @@ def _joined(texts: dict[str, list[tuple[int, str]]]) -> dict[str, str]:
 
 
 # -- the peer -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedChannel:
-    """One channel as ``engine_concurrency.run_level`` plans it."""
-
-    stream_id: str
-    samples: npt.NDArray[np.float32]
-    sample_rate_hz: int
-    start_s: float  # monotonic time its first sample is captured
-
-    @property
-    def chunk_samples(self) -> int:
-        return self.sample_rate_hz * CHUNK_MS // 1000
-
-    @property
-    def chunks(self) -> int:
-        return -(-len(self.samples) // self.chunk_samples)
-
-    def due_s(self, chunk: int) -> float:
-        return self.start_s + (chunk + 1) * CHUNK_MS / 1000
-
-
-def plan_channels(
-    channels: int, duration_s: float, seed: int, t0: float, clips: Sequence[FixtureClip]
-) -> list[PlannedChannel]:
-    """The channels ``engine_concurrency.run_level`` builds for the same arguments: clip
-    ``i mod 12``, cut to ``duration_s``, start ``t0 + U(0, 2 s)`` from ``default_rng(seed)``;
-    stream ids are the call ids it gives its sessions."""
-    rng = np.random.default_rng(seed)
-    planned = []
-    for i in range(channels):
-        clip = clips[i % len(clips)]
-        planned.append(
-            PlannedChannel(
-                f"c{channels}-{i}-{clip.clip_id.split(':')[0]}",
-                clip.samples[: int(duration_s * clip.sample_rate_hz)],
-                clip.sample_rate_hz,
-                t0 + float(rng.uniform(0, START_SPREAD_S)),
-            )
-        )
-    return planned
 
 
 class Peer(PeerSystem):

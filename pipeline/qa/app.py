@@ -430,9 +430,12 @@ class QaApp:
         if envelope.kind is InputKind.FINAL:
             final = parse_final(envelope.payload)
             step = self.analytics.on_final(before, final)
-            if step.is_new:
+            if step.is_new or final.utterance_id not in self.finals:
+                # Also for a repeat: the two tables' changelogs are not written atomically, so
+                # a crash can keep the call state's record of this final but lose the final;
+                # its replay (input offsets are committed after both) puts it back.
                 self.finals[final.utterance_id] = envelope.payload
-            else:
+            if not step.is_new:
                 self.metrics.count_duplicate()
             after = step.state
         elif envelope.kind is InputKind.EVENT:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 from collections.abc import Sequence
 
 import faust
 import pytest
 
+from pipeline.contracts.messages import EndpointReason, Final, Word, to_json, utterance_id
 from pipeline.errors import ConfigError
 from pipeline.qa.app import QaApp, faust_credentials
+from pipeline.qa.records import InputKind, encode_input
 from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.runtime.admin import ApplyReport
 from pipeline.settings import KafkaSettings, QaSettings, Settings
@@ -107,3 +110,39 @@ def test_sasl_credentials_from_librdkafka_keys() -> None:
 def test_unsupported_security_is_a_config_error(client: dict[str, str]) -> None:
     with pytest.raises(ConfigError):
         faust_credentials(client)
+
+
+def _final_input(utterance_index: int) -> bytes:
+    final = Final(
+        call_id="call-1",
+        channel="agent",
+        utterance_index=utterance_index,
+        utterance_id=utterance_id("call-1", "agent", utterance_index),
+        text="hello there",
+        words=(
+            Word(word="hello", start_ms=0, end_ms=300, probability=0.9),
+            Word(word="there", start_ms=300, end_ms=600, probability=0.9),
+        ),
+        start_ms=1000 * utterance_index,
+        end_ms=1000 * utterance_index + 600,
+        endpoint_reason=EndpointReason.SILENCE,
+        model_id="test",
+        emit_ms=1_700_000_000_000,
+        latency_ms=None,
+        capture_ms=None,
+        tenant="default",
+    )
+    return encode_input(InputKind.FINAL, to_json(final))
+
+
+def test_a_replayed_final_restores_a_final_lost_between_the_two_changelogs(app: QaApp) -> None:
+    """A crash can persist the call state (which lists the final) but not the finals table
+    entry; the final's replay must put the entry back, not count it as a mere repeat."""
+    tables: dict[str, dict[str, bytes]] = {"calls": {}, "finals": {}}
+    app.calls, app.finals = tables["calls"], tables["finals"]  # type: ignore[assignment]
+    asyncio.run(app._process("call-1", _final_input(0)))
+    assert list(tables["finals"]) == ["call-1:agent:0"]
+    tables["finals"].clear()  # the calls changelog write made it, the finals one did not
+    asyncio.run(app._process("call-1", _final_input(0)))  # replayed from the input topic
+    assert list(tables["finals"]) == ["call-1:agent:0"]
+    assert app.call_json("call-1") is not None
