@@ -347,13 +347,13 @@ class StreamingEngine:
             for job in due
             if job.final is not None
             and job.final is job.session.final_jobs[0]
-            and self._decoded_ahead(job) is not None
+            and self._decoded_ahead(job, self._bias(job.session)) is not None
         ]
         jobs = ready or self._within_budget(due, partials_first=partials_first)
         if max_jobs is not None and not ready:
             jobs = jobs[:max_jobs]
         outputs: list[EngineOutput] = []
-        self.last_step_jobs = len(jobs) - len(ready)
+        self.last_step_jobs = 0  # counted by _decode: finals decoded ahead cost no window
         batch = self._config.max_batch
         started_s = self._timer()
         for first in range(0, len(jobs), batch):
@@ -437,12 +437,13 @@ class StreamingEngine:
             return None
         return self._biases.bias_for(session.tenant, session.key.call_id)
 
-    def _decoded_ahead(self, job: _Job) -> Recognition | None:
-        """The recognition of a final job decoded ahead for exactly its request, if any."""
+    def _decoded_ahead(self, job: _Job, bias: TokenBias | None) -> Recognition | None:
+        """The recognition of a final job decoded ahead for exactly its request (its span and
+        ``bias``, the session's current one), if any."""
         early, final = job.session.early_final, job.final
         if early is None or final is None:
             return None
-        if not early.serves(final.start_samples, final.end_samples, self._bias(job.session)):
+        if not early.serves(final.start_samples, final.end_samples, bias):
             return None
         return early.recognition
 
@@ -475,40 +476,46 @@ class StreamingEngine:
 
     def _decode(self, jobs: Sequence[_Job]) -> list[EngineOutput]:
         requests: list[RecognitionRequest] = []
-        decoded: list[Recognition | None] = []
+        # Per job: its request, or the recognition of a final decoded ahead (no request).
+        planned: list[RecognitionRequest | Recognition] = []
         for job in jobs:
             session = job.session
             bias = self._bias(session)
             if job.final is not None:
-                ahead = self._decoded_ahead(job)
+                ahead = self._decoded_ahead(job, bias)
                 if ahead is not None:
-                    decoded.append(ahead)
+                    planned.append(ahead)
                     self.early_finals_used += 1
                     continue
                 audio = session.audio(job.final.start_samples, job.final.end_samples)
-                requests.append(RecognitionRequest(audio, with_word_timings=True, bias=bias))
+                request = RecognitionRequest(audio, with_word_timings=True, bias=bias)
             elif job.early_start_samples is not None:
                 audio = session.audio(job.early_start_samples, job.end_samples)
-                requests.append(RecognitionRequest(audio, with_word_timings=True, bias=bias))
+                request = RecognitionRequest(audio, with_word_timings=True, bias=bias)
             else:
                 utterance = session.utterance
                 assert utterance is not None
                 audio = session.audio(utterance.start_samples, job.end_samples)
-                requests.append(
-                    RecognitionRequest(audio, committed=utterance.agreement.committed, bias=bias)
+                request = RecognitionRequest(
+                    audio, committed=utterance.agreement.committed, bias=bias
                 )
-            decoded.append(None)
+            requests.append(request)
+            planned.append(request)
+        self.last_step_jobs += len(requests)
         fresh = iter(self._recognizer.recognize(requests) if requests else [])
         outputs: list[EngineOutput] = []
-        for job, cached in zip(jobs, decoded, strict=True):
-            result = cached if cached is not None else next(fresh)
+        for job, plan in zip(jobs, planned, strict=True):
+            result = next(fresh) if isinstance(plan, RecognitionRequest) else plan
             session = job.session
             if job.final is not None:
                 session.final_jobs.remove(job.final)
                 outputs.extend(self._final(session, job.final, result))
             elif job.early_start_samples is not None:
+                # Valid for the bias it was decoded with (a hotword update during the decode
+                # must not make it serve the new list).
+                assert isinstance(plan, RecognitionRequest)
                 session.early_final = EarlyFinal(
-                    job.early_start_samples, job.end_samples, self._bias(session), result
+                    job.early_start_samples, job.end_samples, plan.bias, result
                 )
                 self.early_finals_decoded += 1
             else:
