@@ -161,9 +161,9 @@ class AsrWorker:
         self._closing = False
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
-        self._catch_up_until: float | None = None  # monotonic deadline while catching up
+        # Partitions of the last assignment while their backlog is read (empty: not catching up).
         self._catch_up_partitions: frozenset[int] = frozenset()
-        self._assigned_at = 0.0
+        self._assigned_at = 0.0  # monotonic time of that assignment
         self._gpu = torch.cuda.is_available()
         self._last_gpu_sample_ms = 0
         self._consumer: Any = None
@@ -235,8 +235,8 @@ class AsrWorker:
         if self._catching_up():
             outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
         else:
-            caught_up = self._catch_up_until is not None
-            self._catch_up_until = None
+            caught_up = bool(self._catch_up_partitions)
+            self._catch_up_partitions = frozenset()
             outputs = self._engine.step(
                 max_jobs=self._worker.max_step_jobs,
                 partials=not self._thinning(),
@@ -265,36 +265,20 @@ class AsrWorker:
     def _catching_up(self) -> bool:
         """Still reading an assignment's backlog: its partitions are more than a poll batch
         behind (or not fetched yet, just after the assignment), within ``CATCH_UP_MAX_S``."""
-        until, now = self._catch_up_until, time.monotonic()
-        if until is None or now >= until:
+        since_s = time.monotonic() - self._assigned_at
+        if not self._catch_up_partitions or since_s >= CATCH_UP_MAX_S:
             return False
-        backlog, unknown = self._backlog_records(self._catch_up_partitions)
-        if unknown and now - self._assigned_at < CATCH_UP_FIRST_FETCH_S:
-            return True
-        return backlog > self._worker.poll_batch
-
-    def _backlog_records(self, partitions: Iterable[int]) -> tuple[int, bool]:
-        """Records between the partitions' positions and their (cached) high watermarks, and
-        whether some partition has delivered nothing yet (idle, or its first fetch pending)."""
-        topic = self._topics[TopicRole.AUDIO_CHUNKS]
-        total, unknown = 0, False
-        for partition in partitions:
+        backlog, unknown = 0, False
+        for partition in self._catch_up_partitions:
             progress = self._partitions.get(partition)
             if progress is None:
                 continue  # revoked meanwhile
-            high = -1
-            if progress.next_offset >= 0:
-                try:
-                    _, high = self._consumer.get_watermark_offsets(
-                        TopicPartition(topic, partition), cached=True
-                    )
-                except KafkaException:
-                    high = -1
-            if high < 0:
-                unknown = True
-                continue
-            total += max(0, high - progress.next_offset)
-        return total, unknown
+            lag = self._fetch_lag(partition, progress)
+            unknown = unknown or lag is None
+            backlog += lag or 0
+        if unknown and since_s < CATCH_UP_FIRST_FETCH_S:
+            return True
+        return backlog > self._worker.poll_batch
 
     def _count_early_finals(self) -> None:
         counts = (self._engine.early_finals_decoded, self._engine.early_finals_used)
@@ -619,16 +603,21 @@ class AsrWorker:
         self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
 
     def _record_lag(self, partition: int, progress: PartitionProgress) -> None:
-        """Records not yet consumed in a partition (from the consumer's cached high watermark)."""
+        lag = self._fetch_lag(partition, progress)
+        if lag is not None:
+            self._metrics.set_partition_lag(partition, lag)
+
+    def _fetch_lag(self, partition: int, progress: PartitionProgress) -> int | None:
+        """Records not yet consumed in a partition (from the consumer's cached high watermark);
+        None while unknown (nothing consumed from it yet, or no watermark fetched)."""
         if progress.next_offset < 0:
-            return
+            return None
         topic_partition = TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], partition)
         try:
             _, high = self._consumer.get_watermark_offsets(topic_partition, cached=True)
         except KafkaException:
-            return
-        if high >= 0:
-            self._metrics.set_partition_lag(partition, max(0, high - progress.next_offset))
+            return None
+        return max(0, high - progress.next_offset) if high >= 0 else None
 
     def _write_checkpoints(self, partition: int, progress: PartitionProgress, now_ms: int) -> None:
         """Checkpoint every session whose progress changed; advance ``handled_through``.
@@ -792,7 +781,6 @@ class AsrWorker:
         self._restore(numbers)
         if numbers:
             self._assigned_at = time.monotonic()
-            self._catch_up_until = self._assigned_at + CATCH_UP_MAX_S
             self._catch_up_partitions = frozenset(numbers)
         self.status.assigned = self.status.assigned | frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
