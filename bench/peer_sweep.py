@@ -405,33 +405,27 @@ def sweep(
     return results
 
 
-def is_sustained(level: dict[str, Any]) -> bool:
-    """Every channel finished, P95 chunk → partial ≤ 1.5 s and P95 partial refresh ≤ 1.5 s +
-    the system's hop (a partial every hop of new audio is what both systems aim for)."""
+def has_fast_partials(level: dict[str, Any]) -> bool:
+    """Every channel finished and P95 chunk → partial ≤ 1.5 s: the issue's criterion, blind to
+    how often partials come."""
     p95 = level["chunk_to_partial_s"]["p95"]
+    return bool(level["drained"] and p95 is not None and p95 <= SUSTAIN_P95_S)
+
+
+def is_sustained(level: dict[str, Any]) -> bool:
+    """``has_fast_partials`` and P95 partial refresh ≤ 1.5 s + the system's hop (a partial
+    every hop of new audio is what both systems aim for)."""
     refresh_p95 = level["partial_refresh_s"]["p95"]
-    return bool(
-        level["drained"]
-        and p95 is not None
-        and p95 <= SUSTAIN_P95_S
+    return (
+        has_fast_partials(level)
         and refresh_p95 is not None
         and refresh_p95 <= SUSTAIN_P95_S + level["hop_s"]
     )
 
 
 def fast_partials_channels(levels: Sequence[dict[str, Any]]) -> int:
-    """Largest N with P95 chunk → partial ≤ 1.5 s and every channel finished: the issue's
-    criterion, blind to how often partials come (see ``is_sustained``)."""
-    return max(
-        (
-            level["channels"]
-            for level in levels
-            if level["drained"]
-            and level["chunk_to_partial_s"]["p95"] is not None
-            and level["chunk_to_partial_s"]["p95"] <= SUSTAIN_P95_S
-        ),
-        default=0,
-    )
+    """Largest N that ``has_fast_partials``."""
+    return max((level["channels"] for level in levels if has_fast_partials(level)), default=0)
 
 
 def sustained_channels(levels: Sequence[dict[str, Any]]) -> tuple[int, bool]:
