@@ -294,7 +294,6 @@ class AsrWorker:
         try:
             if self._consumer is not None and self.status.assigned:
                 self._consumer.pause(self._assignment())
-            self._event(EventType.WORKER_STOPPED, detail={"worker_id": self.worker_id})
             self._commit()
         except (KafkaException, InfrastructureError) as error:
             logger.warning("final commit failed (the next owner replays): %s", error)
@@ -305,10 +304,24 @@ class AsrWorker:
             self._closing = True
             if self._consumer is not None:
                 try:
-                    self._consumer.close()
+                    self._consumer.close()  # the revoke stages partitions_revoked
                 except (KafkaException, KafkaError) as error:
                     logger.warning("consumer close: %s", error)
+            self._event(EventType.WORKER_STOPPED, detail={"worker_id": self.worker_id})
+            self._publish_leaving_events()
             self.status.running = False
+
+    def _publish_leaving_events(self) -> None:
+        """Publish what the leave itself staged (partitions_revoked, worker_stopped).
+
+        The partitions are gone by now, so this transaction carries events only, no offsets.
+        """
+        if self._tx is None or not self._outbox:
+            return
+        try:
+            self._commit()
+        except (KafkaException, InfrastructureError) as error:
+            logger.warning("the leaving events were not published: %s", error)
 
     # -- input -----------------------------------------------------------------------------
 

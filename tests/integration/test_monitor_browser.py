@@ -274,6 +274,7 @@ def _publish_summary(
 
 def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
     topics: KafkaSettings,
+    redis_url: str,
     tmp_path: Path,
     browser: webdriver.Chrome,
     screenshots: Path,
@@ -290,6 +291,7 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
             f"{topics.topic_prefix}asr",
             STREAMSCRIBE_METRICS_PORT=str(worker_port),
             STREAMSCRIBE_METRICS_HOST="127.0.0.1",
+            STREAMSCRIBE_REDIS_URL=redis_url,
         ),
         tmp_path / "worker.log",
     ).start()
