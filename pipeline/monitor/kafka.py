@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
 
+from pipeline.contracts.reading import RecordRejectedError, RecordRejectReason
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.monitor.records import (
     MonitorRecord,
@@ -38,7 +39,6 @@ from pipeline.monitor.records import (
     parse_partial,
     parse_qa_call,
 )
-from pipeline.qa.records import RecordRejectedError, RecordRejectReason
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 

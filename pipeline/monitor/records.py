@@ -1,10 +1,10 @@
 """Reading what the monitor shows: ``partial/1``, ``final/1``, ``event/1`` and ``qa_call/1`` values.
 
 Each ``parse_*`` turns one record value into frozen contract data or raises
-``RecordRejectedError`` (``pipeline.qa.records``) with a stable reason; the monitor counts and
-skips such records, it never stops on one. Finals are read by the QA app's ``parse_final`` (same
-checks); partials, events and QA summaries are read here. Event types the monitor does not use,
-or does not know, are returned as ``None``.
+``RecordRejectedError`` (``pipeline.contracts.reading``, whose field readers these use) with a
+stable reason; the monitor counts and skips such records, it never stops on one. Finals are read
+by the shared ``parse_final``; partials, events and QA summaries are read here. Event types the
+monitor does not use, or does not know, are returned as ``None``.
 
 ``parse_qa_call`` is the inverse of ``pipeline.qa.summary.to_json``: it rebuilds the QA app's own
 ``CallSummary`` dataclasses, so the monitor shows exactly what the QA app computed.
@@ -12,14 +12,24 @@ or does not know, are returned as ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from pipeline.contracts.messages import PARTIAL_SCHEMA, EventType, Final
-from pipeline.qa.records import RecordRejectedError, RecordRejectReason, parse_final
+from pipeline.contracts.reading import (
+    RecordRejectedError,
+    RecordRejectReason,
+    a_list,
+    an_object,
+    field,
+    load_record,
+    non_empty,
+    non_negative,
+    number,
+    optional,
+    optional_non_negative,
+    parse_final,
+)
 from pipeline.qa.rules import Evidence, Outcome, RuleKind, RuleResult
 from pipeline.qa.summary import (
     QA_CALL_SCHEMA,
@@ -91,92 +101,23 @@ MonitorRecord = PartialUpdate | Final | MonitorEvent | CallSummary
 """Everything the store applies."""
 
 
-def _load(value: bytes | None, schema: str) -> dict[str, Any]:
-    if not value:
-        raise RecordRejectedError(RecordRejectReason.NOT_JSON, "empty record value")
-    try:
-        data = orjson.loads(value)
-    except orjson.JSONDecodeError as error:
-        raise RecordRejectedError(RecordRejectReason.NOT_JSON, str(error)) from None
-    if not isinstance(data, dict):
-        raise RecordRejectedError(RecordRejectReason.NOT_JSON, "the value is not a JSON object")
-    if data.get("schema") != schema:
-        raise RecordRejectedError(
-            RecordRejectReason.UNKNOWN_SCHEMA, f"schema {data.get('schema')!r}, want {schema!r}"
-        )
-    return data
-
-
-def _field(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    if name not in data:
-        raise RecordRejectedError(RecordRejectReason.MISSING_FIELD, f"no {name!r}")
-    value = data[name]
-    # bool is an int in Python; no field of these contracts accepts a bool where it wants a number.
-    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind)):
-        raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, f"{name!r} = {value!r}")
-    return value
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _optional(data: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
-    if data.get(name) is None:
-        return None
-    return _field(data, name, kind)
-
-
-def _ms(data: Mapping[str, Any], name: str) -> int:
-    value: int = _field(data, name, int)
-    if value < 0:
-        raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, f"{name!r} < 0")
-    return value
-
-
-def _optional_ms(data: Mapping[str, Any], name: str) -> int | None:
-    return None if data.get(name) is None else _ms(data, name)
-
-
-def _text(data: Mapping[str, Any], name: str) -> str:
-    value: str = _field(data, name, str)
-    if not value:
-        raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, f"{name!r} is empty")
-    return value
-
-
-def _number(data: Mapping[str, Any], name: str) -> float:
-    return float(_field(data, name, (int, float)))
-
-
-def _list(data: Mapping[str, Any], name: str) -> list[Any]:
-    value: list[Any] = _field(data, name, list)
-    return value
-
-
-def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, f"{where} is not an object")
-    return value
-
-
 def parse_partial(value: bytes | None) -> PartialUpdate:
     """A ``partial/1`` record value. Raises ``RecordRejectedError`` when it is not one."""
-    data = _load(value, PARTIAL_SCHEMA)
-    start_ms, end_ms = _ms(data, "start_ms"), _ms(data, "end_ms")
+    data = load_record(value, PARTIAL_SCHEMA)
+    start_ms, end_ms = non_negative(data, "start_ms"), non_negative(data, "end_ms")
     if end_ms < start_ms:
         raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, "end_ms before start_ms")
     return PartialUpdate(
-        call_id=_text(data, "call_id"),
-        channel=_text(data, "channel"),
-        tenant=_optional(data, "tenant", str) or "default",
-        utterance_index=_ms(data, "utterance_index"),
-        revision=_ms(data, "revision"),
-        committed_text=_field(data, "committed_text", str),
-        tentative_text=_field(data, "tentative_text", str),
+        call_id=non_empty(data, "call_id"),
+        channel=non_empty(data, "channel"),
+        tenant=optional(data, "tenant", str) or "default",
+        utterance_index=non_negative(data, "utterance_index"),
+        revision=non_negative(data, "revision"),
+        committed_text=field(data, "committed_text", str),
+        tentative_text=field(data, "tentative_text", str),
         start_ms=start_ms,
         end_ms=end_ms,
-        emit_ms=_field(data, "emit_ms", int),
+        emit_ms=field(data, "emit_ms", int),
     )
 
 
@@ -185,110 +126,119 @@ def parse_event(value: bytes | None) -> MonitorEvent | None:
 
     Session events must name their call and channel. Raises ``RecordRejectedError``.
     """
-    data = _load(value, EVENT_SCHEMA)
-    kind = _field(data, "type", str)
+    data = load_record(value, EVENT_SCHEMA)
+    kind = field(data, "type", str)
     try:
         event_type = EventType(kind)
     except ValueError:
         return None
     if event_type not in MONITORED_EVENT_TYPES:
         return None
-    detail = _optional(data, "detail", dict) or {}
+    detail = optional(data, "detail", dict) or {}
     session = event_type is not EventType.CHUNK_REJECTED
     return MonitorEvent(
         type=event_type,
-        emit_ms=_field(data, "emit_ms", int),
-        source=_field(data, "source", str),
-        call_id=_text(data, "call_id") if session else _optional(data, "call_id", str),
-        channel=_text(data, "channel") if session else _optional(data, "channel", str),
-        tenant=_optional(detail, "tenant", str) or None,
-        audio_ms=_optional_ms(detail, "duration_ms"),
-        utterances=_optional_ms(detail, "utterances"),
+        emit_ms=field(data, "emit_ms", int),
+        source=field(data, "source", str),
+        call_id=non_empty(data, "call_id") if session else optional(data, "call_id", str),
+        channel=non_empty(data, "channel") if session else optional(data, "channel", str),
+        tenant=optional(detail, "tenant", str) or None,
+        audio_ms=optional_non_negative(detail, "duration_ms"),
+        utterances=optional_non_negative(detail, "utterances"),
     )
 
 
 def _interval(data: Any, where: str) -> Interval:
-    item = _object(data, where)
-    return Interval(_ms(item, "start_ms"), _ms(item, "end_ms"), _ms(item, "duration_ms"))
+    item = an_object(data, where)
+    return Interval(
+        non_negative(item, "start_ms"),
+        non_negative(item, "end_ms"),
+        non_negative(item, "duration_ms"),
+    )
 
 
 def _channel_stats(data: Any) -> ChannelStats:
-    item = _object(data, "channels[]")
+    item = an_object(data, "channels[]")
     return ChannelStats(
-        channel=_text(item, "channel"),
-        utterances=_ms(item, "utterances"),
-        words=_ms(item, "words"),
-        talk_ms=_ms(item, "talk_ms"),
-        words_per_minute=_number(item, "words_per_minute"),
-        first_speech_ms=_optional_ms(item, "first_speech_ms"),
-        last_speech_ms=_optional_ms(item, "last_speech_ms"),
+        channel=non_empty(item, "channel"),
+        utterances=non_negative(item, "utterances"),
+        words=non_negative(item, "words"),
+        talk_ms=non_negative(item, "talk_ms"),
+        words_per_minute=number(item, "words_per_minute"),
+        first_speech_ms=optional_non_negative(item, "first_speech_ms"),
+        last_speech_ms=optional_non_negative(item, "last_speech_ms"),
     )
 
 
 def _turn(data: Any) -> Turn:
-    item = _object(data, "turns[]")
-    ids = tuple(str(uid) for uid in _list(item, "utterance_ids"))
-    return Turn(_text(item, "speaker"), _ms(item, "start_ms"), _ms(item, "end_ms"), ids)
+    item = an_object(data, "turns[]")
+    ids = tuple(str(uid) for uid in a_list(item, "utterance_ids"))
+    return Turn(
+        non_empty(item, "speaker"),
+        non_negative(item, "start_ms"),
+        non_negative(item, "end_ms"),
+        ids,
+    )
 
 
 def _monologue(data: Any) -> Monologue | None:
     if data is None:
         return None
-    item = _object(data, "longest_monologue")
+    item = an_object(data, "longest_monologue")
     return Monologue(
-        speaker=_text(item, "speaker"),
-        start_ms=_ms(item, "start_ms"),
-        end_ms=_ms(item, "end_ms"),
-        duration_ms=_ms(item, "duration_ms"),
-        utterances=_ms(item, "utterances"),
+        speaker=non_empty(item, "speaker"),
+        start_ms=non_negative(item, "start_ms"),
+        end_ms=non_negative(item, "end_ms"),
+        duration_ms=non_negative(item, "duration_ms"),
+        utterances=non_negative(item, "utterances"),
     )
 
 
 def _keyword(data: Any) -> KeywordCount:
-    item = _object(data, "keywords[]")
-    by_channel = _object(item.get("by_channel"), "keywords[].by_channel")
-    counts = {str(channel): _ms(by_channel, channel) for channel in by_channel}
-    return KeywordCount(_text(item, "keyword"), _ms(item, "total"), counts)
+    item = an_object(data, "keywords[]")
+    by_channel = an_object(item.get("by_channel"), "keywords[].by_channel")
+    counts = {str(channel): non_negative(by_channel, channel) for channel in by_channel}
+    return KeywordCount(non_empty(item, "keyword"), non_negative(item, "total"), counts)
 
 
 def _evidence(data: Any) -> Evidence:
-    item = _object(data, "evidence[]")
+    item = an_object(data, "evidence[]")
     return Evidence(
-        utterance_id=_field(item, "utterance_id", str),
-        channel=_field(item, "channel", str),
-        start_ms=_ms(item, "start_ms"),
-        end_ms=_ms(item, "end_ms"),
-        matched_text=_field(item, "matched_text", str),
-        phrase=_field(item, "phrase", str),
-        score=_number(item, "score"),
+        utterance_id=field(item, "utterance_id", str),
+        channel=field(item, "channel", str),
+        start_ms=non_negative(item, "start_ms"),
+        end_ms=non_negative(item, "end_ms"),
+        matched_text=field(item, "matched_text", str),
+        phrase=field(item, "phrase", str),
+        score=number(item, "score"),
     )
 
 
 def _rule_result(data: Any) -> RuleResult:
-    item = _object(data, "compliance[]")
+    item = an_object(data, "compliance[]")
     try:
-        kind = RuleKind(_field(item, "kind", str))
-        outcome = Outcome(_field(item, "outcome", str))
+        kind = RuleKind(field(item, "kind", str))
+        outcome = Outcome(field(item, "outcome", str))
     except ValueError as error:
         raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, str(error)) from None
     return RuleResult(
-        rule_id=_text(item, "rule_id"),
+        rule_id=non_empty(item, "rule_id"),
         kind=kind,
         outcome=outcome,
-        detail=_field(item, "detail", str),
-        evidence=tuple(_evidence(evidence) for evidence in _list(item, "evidence")),
-        description=_field(item, "description", str),
+        detail=field(item, "detail", str),
+        evidence=tuple(_evidence(evidence) for evidence in a_list(item, "evidence")),
+        description=field(item, "description", str),
     )
 
 
 def _transcript_line(data: Any) -> TranscriptLine:
-    item = _object(data, "transcript[]")
+    item = an_object(data, "transcript[]")
     return TranscriptLine(
-        utterance_id=_field(item, "utterance_id", str),
-        speaker=_text(item, "speaker"),
-        start_ms=_ms(item, "start_ms"),
-        end_ms=_ms(item, "end_ms"),
-        text=_field(item, "text", str),
+        utterance_id=field(item, "utterance_id", str),
+        speaker=non_empty(item, "speaker"),
+        start_ms=non_negative(item, "start_ms"),
+        end_ms=non_negative(item, "end_ms"),
+        text=field(item, "text", str),
     )
 
 
@@ -298,35 +248,35 @@ def parse_qa_call(value: bytes | None) -> CallSummary:
     Raises ``RecordRejectedError`` when it is not one (a tombstone, ``None``, is rejected too:
     the caller decides what a deleted summary means).
     """
-    data = _load(value, QA_CALL_SCHEMA)
+    data = load_record(value, QA_CALL_SCHEMA)
     try:
-        status = CallStatus(_field(data, "status", str))
+        status = CallStatus(field(data, "status", str))
         reason = data.get("end_reason")
-        end_reason = None if reason is None else EndReason(_field(data, "end_reason", str))
+        end_reason = None if reason is None else EndReason(field(data, "end_reason", str))
     except ValueError as error:
         raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, str(error)) from None
     ratio = data.get("silence_ratio")
     return CallSummary(
-        call_id=_text(data, "call_id"),
-        tenant=_text(data, "tenant"),
+        call_id=non_empty(data, "call_id"),
+        tenant=non_empty(data, "tenant"),
         status=status,
         end_reason=end_reason,
-        revision=_ms(data, "revision"),
-        published_ms=_optional(data, "published_ms", int),
-        duration_ms=_ms(data, "duration_ms"),
-        speech_ms=_ms(data, "speech_ms"),
-        silence_ms=_ms(data, "silence_ms"),
-        silence_ratio=None if ratio is None else _number(data, "silence_ratio"),
-        overlap_ms=_ms(data, "overlap_ms"),
-        overlaps=tuple(_interval(item, "overlaps[]") for item in _list(data, "overlaps")),
-        longest_gap_ms=_ms(data, "longest_gap_ms"),
-        channels=tuple(_channel_stats(item) for item in _list(data, "channels")),
-        turns=tuple(_turn(item) for item in _list(data, "turns")),
+        revision=non_negative(data, "revision"),
+        published_ms=optional(data, "published_ms", int),
+        duration_ms=non_negative(data, "duration_ms"),
+        speech_ms=non_negative(data, "speech_ms"),
+        silence_ms=non_negative(data, "silence_ms"),
+        silence_ratio=None if ratio is None else number(data, "silence_ratio"),
+        overlap_ms=non_negative(data, "overlap_ms"),
+        overlaps=tuple(_interval(item, "overlaps[]") for item in a_list(data, "overlaps")),
+        longest_gap_ms=non_negative(data, "longest_gap_ms"),
+        channels=tuple(_channel_stats(item) for item in a_list(data, "channels")),
+        turns=tuple(_turn(item) for item in a_list(data, "turns")),
         longest_monologue=_monologue(data.get("longest_monologue")),
-        keywords=tuple(_keyword(item) for item in _list(data, "keywords")),
-        compliance=tuple(_rule_result(item) for item in _list(data, "compliance")),
-        compliance_passed=_optional(data, "compliance_passed", bool),
-        transcript=tuple(_transcript_line(item) for item in _list(data, "transcript")),
-        utterances=_ms(data, "utterances"),
-        model_ids=tuple(str(model) for model in _list(data, "model_ids")),
+        keywords=tuple(_keyword(item) for item in a_list(data, "keywords")),
+        compliance=tuple(_rule_result(item) for item in a_list(data, "compliance")),
+        compliance_passed=optional(data, "compliance_passed", bool),
+        transcript=tuple(_transcript_line(item) for item in a_list(data, "transcript")),
+        utterances=non_negative(data, "utterances"),
+        model_ids=tuple(str(model) for model in a_list(data, "model_ids")),
     )

@@ -17,7 +17,7 @@ from prometheus_client import (
     process_collector,
 )
 
-from pipeline.qa.records import RecordRejectReason
+from pipeline.contracts.reading import RecordRejectReason
 from pipeline.qa.summary import EndReason
 from pipeline.runtime.metrics import (
     LabelSpec,

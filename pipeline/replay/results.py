@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from pipeline.contracts.messages import FINAL_SCHEMA, Final, to_dict
+from pipeline.contracts.reading import RecordRejectedError, parse_final
 from pipeline.errors import ConfigError
-from pipeline.qa.records import RecordRejectedError, parse_final
 
 if TYPE_CHECKING:
     from pipeline.replay.runner import ReplayResult, StreamSummary

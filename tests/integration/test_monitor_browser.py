@@ -42,8 +42,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
+from pipeline.contracts.reading import parse_final
 from pipeline.qa.matching import normalize_words
-from pipeline.qa.records import parse_final
 from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.qa.summary import CallMeta, CallStatus, EndReason, summarize
 from pipeline.qa.summary import to_json as summary_json

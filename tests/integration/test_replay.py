@@ -23,9 +23,9 @@ from confluent_kafka.admin import AdminClient
 from pipeline.audio.files import read_call_audio
 from pipeline.cli import main
 from pipeline.contracts import Final
+from pipeline.contracts.reading import parse_final
 from pipeline.evaluation import word_errors
 from pipeline.producer import AudioPublisher
-from pipeline.qa.records import parse_final
 from pipeline.replay.results import PartitionRange, load_run
 from pipeline.runtime.admin import TopicAdmin
 from pipeline.settings import KafkaSettings, Settings, WorkerSettings

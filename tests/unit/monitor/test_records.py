@@ -8,6 +8,7 @@ import orjson
 import pytest
 
 from pipeline.contracts.messages import EventType, Partial, to_json
+from pipeline.contracts.reading import RecordRejectedError, RecordRejectReason
 from pipeline.monitor.records import (
     MonitorEvent,
     PartialUpdate,
@@ -16,7 +17,6 @@ from pipeline.monitor.records import (
     parse_partial,
     parse_qa_call,
 )
-from pipeline.qa.records import RecordRejectedError, RecordRejectReason
 from pipeline.qa.summary import to_json as summary_json
 from tests.conftest import validate
 from tests.unit.monitor.builders import said, summary_of
