@@ -386,10 +386,16 @@ def compare_runs(
     """Compare ``candidate`` with ``baseline`` (see the module docstring).
 
     Raises:
-        ConfigError: ``refs`` were given but no stream of either run has a reference (a
-            mismatch of ids would otherwise pass the gate unnoticed).
+        ConfigError: neither run has a stream (calls aged out of the topic, mistyped ids: a
+            gate on nothing would pass), or ``refs`` were given but no stream of either run
+            has a reference (a mismatch of ids would otherwise pass the gate unnoticed).
     """
     keys = sorted(set(baseline.streams) | set(candidate.streams))
+    if not keys:
+        raise ConfigError(
+            "neither run replayed any stream: check --calls and the time range against what "
+            "the audio topic still holds (its retention)"
+        )
     channels_per_call = Counter(call_id for call_id, _ in keys)
     by_stream: dict[tuple[str, str], tuple[list[Final], list[Final]]] = {k: ([], []) for k in keys}
     for side, run in enumerate((baseline, candidate)):
@@ -425,7 +431,7 @@ def compare_runs(
             )
         )
     has_references = any(s.reference_id is not None for s in streams)
-    if refs is not None and keys and not has_references:
+    if refs is not None and not has_references:
         raise ConfigError(
             "no stream of either run has a reference: refs ids are call_id:channel "
             "(or call_id for a one-channel call)"

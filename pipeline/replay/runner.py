@@ -20,9 +20,13 @@ the same records with the same settings gives byte-identical finals, and ``laten
 how much audio time passed between the endpoint decision and the final (step cadence only: a
 replay does not measure compute time). The engine steps whenever the clock moved by
 ``step_interval_ms`` (or ``max_records_per_step`` records were fed), and at a partition's end.
-A session without audio for ``idle_timeout_ms`` of stream time is closed, as the worker closes
-it after the same time without audio; sessions still open at the end of the range are closed
-(``ended_by`` = ``range_end``) so their last utterances get finals.
+A session is closed when ``idle_timeout_ms`` passed between the send time (Kafka record
+timestamp) of its last admitted chunk and the newest record of the partition, as the worker
+closes it after that long without audio by its wall clock, which follows send times. (Not by
+stream time: a call whose capture times run ahead of the others, published faster than real
+time or from a skewed clock, would close every other call of the partition.) Sessions still
+open at the end of the range are closed (``ended_by`` = ``range_end``) so their last utterances
+get finals.
 """
 
 from __future__ import annotations
@@ -135,7 +139,8 @@ class EndedBy(enum.StrEnum):
     END_OF_STREAM = "end_of_stream"
     """The call's end-of-stream chunk was in the range."""
     IDLE_TIMEOUT = "idle_timeout"
-    """No audio for ``idle_timeout_ms`` of stream time (the worker closes it the same way)."""
+    """No audio sent for ``idle_timeout_ms`` (record timestamps; the worker closes it the same
+    way by its wall clock)."""
     RANGE_END = "range_end"
     """Still open at the end of the range: closed so its last utterance gets a final."""
 
@@ -203,6 +208,7 @@ class _Stream:
     finals: int = 0
     suppressed: int = 0
     last_audio_ms: int = 0
+    last_sent_ms: int = 0  # record timestamp of its last admitted chunk
     ended_by: EndedBy | None = None
 
 
@@ -227,6 +233,7 @@ class ReplayRunner:
         self._records = 0
         self._skipped = 0
         self._partition: int | None = None
+        self._sent_ms = 0  # the newest record timestamp of the partition (idle timeouts)
         self._last_step_ms: int | None = None
         self._fed_since_step = 0
         self._calls = (
@@ -243,6 +250,7 @@ class ReplayRunner:
             self.end_partition()
         self._partition = partition
         self._clock.reset()
+        self._sent_ms = 0
         self._last_step_ms = None
         self._fed_since_step = 0
 
@@ -251,6 +259,7 @@ class ReplayRunner:
         if self._partition is None:
             self.start_partition(record.partition)
         self._records += 1
+        self._sent_ms = max(self._sent_ms, record.timestamp_ms)
         if self._calls is not None and (record.key or b"") not in self._calls:
             self._skipped += 1
             return
@@ -290,6 +299,7 @@ class ReplayRunner:
         else:
             self._clock.observe(record.timestamp_ms)
         stream.last_audio_ms = self._clock.now_ms()
+        stream.last_sent_ms = record.timestamp_ms
         self._engine.accept(
             key,
             chunk.samples_float32(),
@@ -374,13 +384,12 @@ class ReplayRunner:
         return self._streams[SessionKey(call_id, channel)]
 
     def _close_idle(self) -> None:
-        now_ms = self._clock.now_ms()
         for key in list(self._engine.sessions):
             stream = self._streams.get(key)
             if (
                 stream is not None
                 and stream.ended_by is None
-                and now_ms - stream.last_audio_ms > self._options.idle_timeout_ms
+                and self._sent_ms - stream.last_sent_ms > self._options.idle_timeout_ms
             ):
                 stream.ended_by = EndedBy.IDLE_TIMEOUT
                 self._engine.close(key)

@@ -132,12 +132,13 @@ def chunk_record(
     channel: str = "mono",
     partition: int = 0,
     capture_ms: int | None = None,
-    timestamp_ms: int = 1_000,
+    timestamp_ms: int | None = None,
     end_of_stream: bool = False,
     flush: bool = False,
     samples: int = RATE_HZ * CHUNK_MS // 1000,
 ) -> ChunkRecord:
-    """A valid ``audio.chunks`` record of ``samples`` silent samples (capture time by seq)."""
+    """A valid ``audio.chunks`` record of ``samples`` silent samples. Sent (``timestamp_ms``)
+    at its capture time unless told, as a live producer sends; at 1 s without either."""
     chunk = AudioChunk(
         call_id=call_id,
         channel=channel,
@@ -150,6 +151,8 @@ def chunk_record(
         flush=flush,
     )
     key, value, headers = encode_chunk(chunk)
+    if timestamp_ms is None:
+        timestamp_ms = capture_ms if capture_ms is not None else 1_000
     return ChunkRecord(partition, offset, timestamp_ms, key, value, headers)
 
 

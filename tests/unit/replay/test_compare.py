@@ -176,6 +176,14 @@ def test_refs_matching_no_stream_are_refused() -> None:
         compare_runs(BASE, BASE, {"other": "text"})
 
 
+@pytest.mark.parametrize("refs", [None, {"call01:agent": "hello there"}])
+def test_two_empty_runs_are_refused_not_passed(refs: dict[str, str] | None) -> None:
+    # Calls aged out of the audio topic, or mistyped: a gate on nothing must not pass.
+    empty = Run("empty.jsonl", {"model_id": "m"}, (), ())
+    with pytest.raises(ConfigError, match="neither run replayed any stream"):
+        compare_runs(empty, empty, refs)
+
+
 def test_settings_that_differ_are_listed_from_the_headers() -> None:
     header = {
         "model_id": "whisper-tiny.en",

@@ -176,3 +176,19 @@ def test_finals_and_streams_come_out_sorted_and_a_rerun_is_identical() -> None:
     assert [(s.call_id, s.channel) for s in first.streams] == sorted(
         (s.call_id, s.channel) for s in first.streams
     )
+
+
+def test_one_call_whose_capture_times_run_ahead_closes_no_other_call() -> None:
+    # A file published faster than real time (or a skewed producer clock): capture times a
+    # minute ahead of the send time. The worker times idleness on its wall clock, so must this.
+    sent_ms = 1_700_000_000_000
+    good = [
+        chunk_record("good", seq, seq, capture_ms=sent_ms + seq * CHUNK_MS) for seq in range(1500)
+    ]
+    skewed = chunk_record("skewed", 0, 1500, capture_ms=sent_ms + 60_000, timestamp_ms=sent_ms)
+    records = [*good[:6], skewed, *good[6:]]
+    result, _ = _replay(records, ReplayOptions(idle_timeout_ms=30_000))
+    by_call = {s.call_id: s for s in result.streams}
+    assert by_call["good"].chunks == 1500
+    assert by_call["good"].rejected == ()
+    assert by_call["good"].ended_by is EndedBy.RANGE_END
