@@ -26,7 +26,7 @@ from pipeline.cli import (
     transcribe,
     worker,
 )
-from pipeline.cli.options import add_global_options
+from pipeline.cli.options import add_global_options, invalid_env
 from pipeline.errors import ConfigError, StreamscribeError
 
 __all__ = ["build_parser", "main"]
@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    unusable = invalid_env(args)
+    if unusable is not None:
+        print(f"streamscribe: error: {unusable.message()}", file=sys.stderr)
+        return EXIT_USER_ERROR
     try:
         result: int = args.handler(args)
     except ConfigError as error:

@@ -15,7 +15,7 @@ import signal
 import sys
 from typing import Any
 
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
 from pipeline.settings import Settings
 
 __all__ = ["register"]
@@ -60,14 +60,7 @@ def register(subparsers: Any) -> None:
         type=int,
         metavar="N",
     )
-    add_env_option(
-        parser,
-        "--log-level",
-        env="STREAMSCRIBE_LOG_LEVEL",
-        help="log level (debug, info, warning, error)",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-    )
+    add_log_level_option(parser)
     parser.set_defaults(handler=_run)
 
 

@@ -9,7 +9,37 @@ from typing import Any
 
 from pipeline.settings import Settings, load_settings
 
-__all__ = ["add_env_option", "add_global_options", "settings_from_args"]
+__all__ = [
+    "LOG_LEVELS",
+    "InvalidEnv",
+    "add_env_option",
+    "add_global_options",
+    "add_log_level_option",
+    "invalid_env",
+    "settings_from_args",
+]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InvalidEnv:
+    """The default of a flag whose environment variable holds an unusable value.
+
+    Every subcommand's parser is built for every command, so a bad value cannot fail there;
+    it becomes this default instead, and ``invalid_env`` reports it (exit 2) only when the
+    command that has the flag runs without it on the command line.
+    """
+
+    env: str
+    raw: str
+    reason: str
+
+    def message(self) -> str:
+        return f"{self.env}={self.raw!r}: {self.reason}"
 
 
 def add_env_option(
@@ -19,18 +49,64 @@ def add_env_option(
     help: str,
     **kwargs: Any,
 ) -> None:
-    """``parser.add_argument`` whose default is read from ``env`` (named in the help)."""
+    """``parser.add_argument`` whose default is read from ``env`` (named in the help), converted
+    and checked like a command-line value (``type``, ``choices``, on/off for flags)."""
     default = kwargs.pop("default", None)
     if env in os.environ:
-        raw = os.environ[env]
-        if kwargs.get("action") == "store_true":
-            default = raw.strip().lower() in ("1", "true", "yes", "on")
-        elif "type" in kwargs:
-            default = kwargs["type"](raw)
-        else:
-            default = raw
-    shown = f" (env {env}" + (f"; default {default!r})" if default not in (None, False) else ")")
+        default = _from_env(env, os.environ[env], kwargs)
+    shown = f" (env {env}" + (
+        f"; default {default!r})" if default not in (None, False) and not _invalid(default) else ")"
+    )
     parser.add_argument(*flags, default=default, help=help + shown, **kwargs)
+
+
+def _from_env(env: str, raw: str, kwargs: dict[str, Any]) -> Any:
+    if kwargs.get("action") == "store_true":
+        word = raw.strip().lower()
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        return InvalidEnv(env, raw, f"use one of {', '.join(repr(w) for w in _TRUE + _FALSE[:-1])}")
+    value: Any = raw
+    if "type" in kwargs:
+        convert = kwargs["type"]
+        try:
+            value = convert(raw)
+        except (TypeError, ValueError, argparse.ArgumentTypeError) as error:
+            return InvalidEnv(
+                env,
+                raw,
+                f"not a valid {getattr(convert, '__name__', 'value')}"
+                + (f" ({error})" if isinstance(error, argparse.ArgumentTypeError) else ""),
+            )
+    choices = kwargs.get("choices")
+    if choices is not None and value not in choices:
+        return InvalidEnv(env, raw, f"choose from {', '.join(map(str, choices))}")
+    return value
+
+
+def _invalid(value: Any) -> bool:
+    return isinstance(value, InvalidEnv)
+
+
+def invalid_env(args: argparse.Namespace) -> InvalidEnv | None:
+    """The first parsed option still holding an unusable environment default, if any."""
+    for value in vars(args).values():
+        if isinstance(value, InvalidEnv):
+            return value
+    return None
+
+
+def add_log_level_option(parser: argparse.ArgumentParser | Any) -> None:
+    """``--log-level`` / ``STREAMSCRIBE_LOG_LEVEL`` (one value for every process, any case)."""
+    add_env_option(
+        parser,
+        "--log-level",
+        env="STREAMSCRIBE_LOG_LEVEL",
+        help=f"log level ({', '.join(LOG_LEVELS)})",
+        type=str.lower,
+        default="info",
+        choices=LOG_LEVELS,
+    )
 
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:

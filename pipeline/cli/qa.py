@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
 from pipeline.errors import ConfigError
 from pipeline.qa.rules import QaRules, load_rules
 from pipeline.settings import QaSettings, Settings
@@ -41,14 +41,7 @@ def register(subparsers: Any) -> None:
         type=int,
         metavar="PORT",
     )
-    add_env_option(
-        parser,
-        "--log-level",
-        env="STREAMSCRIBE_LOG_LEVEL",
-        help="log level (debug, info, warning, error)",
-        default="info",
-        choices=("debug", "info", "warning", "error"),
-    )
+    add_log_level_option(parser)
     parser.add_argument(
         "--check",
         action="store_true",

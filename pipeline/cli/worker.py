@@ -9,7 +9,7 @@ import logging
 import signal
 from typing import Any
 
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
 
 __all__ = ["register"]
 
@@ -28,9 +28,7 @@ def register(subparsers: Any) -> None:
         type=int,
         help="port of /metrics, /healthz, /readyz (0 = off)",
     )
-    add_env_option(
-        parser, "--log-level", env="STREAMSCRIBE_LOG_LEVEL", default="INFO", help="log level"
-    )
+    add_log_level_option(parser)
     parser.set_defaults(handler=_run)
 
 
@@ -46,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a worker hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
-        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     settings = settings_from_args(args)
     if args.worker_id:

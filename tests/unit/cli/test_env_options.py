@@ -1,0 +1,58 @@
+"""Flags from environment variables: converted and checked like command-line values."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from pipeline.cli import main
+from pipeline.cli.options import InvalidEnv, add_env_option, invalid_env
+
+
+def _parse(
+    monkeypatch: pytest.MonkeyPatch, value: str, argv: list[str], **kwargs: object
+) -> object:
+    monkeypatch.setenv("SS_TEST_FLAG", value)
+    parser = argparse.ArgumentParser()
+    add_env_option(parser, "--flag", env="SS_TEST_FLAG", help="a flag", **kwargs)
+    return parser.parse_args(argv).flag
+
+
+def test_a_valid_value_is_converted_like_a_command_line_value(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert _parse(monkeypatch, "40", [], type=int) == 40
+    assert _parse(monkeypatch, "fixed", [], choices=["poisson", "fixed"]) == "fixed"
+    assert _parse(monkeypatch, "Yes", [], action="store_true") is True
+    assert _parse(monkeypatch, "off", [], action="store_true") is False
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "reason"),
+    [
+        ("abc", {"type": int}, "not a valid int"),
+        ("burst", {"choices": ["poisson", "fixed"]}, "choose from poisson, fixed"),
+        ("y", {"action": "store_true"}, "use one of"),
+    ],
+)
+def test_an_unusable_value_is_held_not_raised(
+    monkeypatch: pytest.MonkeyPatch, value: str, kwargs: dict[str, object], reason: str
+) -> None:
+    held = _parse(monkeypatch, value, [], **kwargs)
+    assert isinstance(held, InvalidEnv)
+    assert held.message().startswith(f"SS_TEST_FLAG={value!r}: {reason}")
+    assert invalid_env(argparse.Namespace(flag=held, other=1)) == held
+
+
+def test_the_command_line_overrides_an_unusable_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _parse(monkeypatch, "abc", ["--flag", "7"], type=int) == 7
+
+
+def test_an_unusable_value_fails_only_the_command_that_reads_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_REPLAY_STEP_MS", "fast")
+    assert main(["replay", "--calls", "c1"]) == 2
+    assert "STREAMSCRIBE_REPLAY_STEP_MS='fast': not a valid int" in capsys.readouterr().err
+    assert main(["metrics"]) == 0  # another command is not affected
