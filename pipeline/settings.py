@@ -45,7 +45,16 @@ __all__ = [
 
 ENV_PREFIX = "STREAMSCRIBE_"
 LIBRDKAFKA_ENV_PREFIX = "STREAMSCRIBE_LIBRDKAFKA_"
-SECRET_KEY_MARKERS = ("password", "secret", "token", "key.pem", "private", "jaas")
+SECRET_KEY_MARKERS = (
+    "password",
+    "secret",
+    "token",
+    "key.pem",
+    "private",
+    "jaas",
+    "oauthbearer.config",  # holds the OAuth client secret (clientSecret=…)
+    "keytab",
+)
 
 
 def setting(default: Any, env: str, help: str) -> Any:

@@ -33,12 +33,16 @@ def test_librdkafka_settings_pass_through_and_secrets_are_masked() -> None:
     env = {
         "STREAMSCRIBE_LIBRDKAFKA_SASL_USERNAME": "svc",
         "STREAMSCRIBE_LIBRDKAFKA_SASL_PASSWORD": "hunter2",
+        "STREAMSCRIBE_LIBRDKAFKA_SASL_OAUTHBEARER_CONFIG": "clientId=svc clientSecret=s3cr3t",
+        "STREAMSCRIBE_LIBRDKAFKA_SASL_KERBEROS_KEYTAB": "/etc/secret-path.keytab",
     }
     settings = load_settings(env=env)
-    assert settings.kafka.client == {"sasl.username": "svc", "sasl.password": "hunter2"}
+    assert settings.kafka.client["sasl.username"] == "svc"
+    assert settings.kafka.client["sasl.password"] == "hunter2"
     shown = " ".join(row.value for row in describe_settings(settings))
-    assert "hunter2" not in shown
-    assert "svc" in shown
+    for secret in ("hunter2", "s3cr3t", "secret-path"):
+        assert secret not in shown
+    assert "'sasl.username': 'svc'" in shown
 
 
 def test_every_setting_names_its_environment_variable() -> None:
