@@ -59,16 +59,20 @@ return {version, redis.call('HLEN', KEYS[1])}
 """
 
 # KEYS: list key, version key. ARGV: channel, action ("remove" / "clear"), tenant, call id,
-# then the phrases to remove (none for clear). Returns {new version or 0 if unchanged, removed}.
+# TTL in s (0: none; a call list's expiry restarts on every change), then the phrases to remove
+# (none for clear). Returns {new version or 0 if unchanged, removed}.
 _REMOVE = """
 local removed = 0
 if ARGV[2] == 'clear' then
   removed = redis.call('HLEN', KEYS[1])
   redis.call('DEL', KEYS[1])
 else
-  for i = 5, #ARGV do removed = removed + redis.call('HDEL', KEYS[1], ARGV[i]) end
+  for i = 6, #ARGV do removed = removed + redis.call('HDEL', KEYS[1], ARGV[i]) end
 end
 if removed == 0 then return {0, 0} end
+if tonumber(ARGV[5]) > 0 and redis.call('EXISTS', KEYS[1]) == 1 then
+  redis.call('EXPIRE', KEYS[1], tonumber(ARGV[5]))
+end
 local version = redis.call('INCR', KEYS[2])
 local call = cjson.null
 if ARGV[4] ~= '' then call = ARGV[4] end
@@ -190,7 +194,8 @@ class HotwordStore:
         return self._delete(ref, ChangeAction.CLEAR, [])
 
     def _delete(self, ref: ListRef, action: ChangeAction, phrases: list[str]) -> ChangeResult:
-        args = [self._keys.channel, action.value, ref.tenant, ref.call_id or "", *phrases]
+        ttl_s = self._call_ttl_s if ref.call_id is not None else 0
+        args = [self._keys.channel, action.value, ref.tenant, ref.call_id or "", ttl_s, *phrases]
         version, removed = self._run(self._remove, ref, args)
         size = self._call(lambda: int(cast(Any, self._client.hlen(self._keys.key(ref)))))
         return ChangeResult(version or None, removed, size)

@@ -332,6 +332,27 @@ def test_call_lists_expire_with_their_ttl(
         client.close()
 
 
+def test_every_change_to_a_call_list_restarts_its_ttl(redis_url: str, prefix: str) -> None:
+    client = connect(redis_url)
+    store = HotwordStore(client, HotwordKeys(prefix), call_ttl_s=600)
+    ref = ListRef("acme", "long-call")
+    key = store.keys.key(ref)
+    try:
+        store.add(ref, ["Zyrtec", "Xarelto"])
+        client.expire(key, 5)  # most of its life has passed
+        result = store.remove(ref, ["Zyrtec"])
+        assert result.affected == 1
+        assert 5 < int(client.ttl(key)) <= 600
+        store.remove(ref, ["Xarelto"])  # the last entry: the list is gone, nothing to expire
+        assert not client.exists(key)
+        tenant = ListRef("acme")
+        store.add(tenant, ["Kubernetes", "Keycloak"])
+        store.remove(tenant, ["Keycloak"])
+        assert int(client.ttl(store.keys.key(tenant))) == -1  # tenant lists never expire
+    finally:
+        client.close()
+
+
 # -- Redis outage ------------------------------------------------------------------------------
 
 
