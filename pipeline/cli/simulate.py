@@ -176,8 +176,10 @@ class _Run:
         spec: LoadSpec,
         call_prefix: str,
         tenant: str | None,
+        max_chunk_bytes: int,
     ) -> None:
         self.publisher = publisher
+        self.max_chunk_bytes = max_chunk_bytes
         self.tenant = tenant
         self.sources = sources
         self.spec = spec
@@ -226,7 +228,9 @@ class _Run:
                 ),
                 tenant=stream.tenant,
             )
-            record = make_bad_record(injection.reason, template)
+            record = make_bad_record(
+                injection.reason, template, max_payload_bytes=self.max_chunk_bytes
+            )
             self.publisher.transport.send(
                 self.publisher.topic,
                 record.key,
@@ -280,7 +284,7 @@ def _simulate(args: argparse.Namespace) -> int:
     started_s = time.monotonic()
     with AudioPublisher.connect(settings) as publisher:
         prefix = args.call_prefix or f"sim-{secrets.token_hex(4)}"
-        run = _Run(publisher, sources, spec, prefix, args.tenant)
+        run = _Run(publisher, sources, spec, prefix, args.tenant, settings.worker.max_chunk_bytes)
         last_report_s = started_s
         last_records = 0
         for tick in schedule:

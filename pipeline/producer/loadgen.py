@@ -257,10 +257,16 @@ class BadRecord:
     headers: list[tuple[str, bytes]]
 
 
-def make_bad_record(reason: RejectReason, template: AudioChunk) -> BadRecord:
+def make_bad_record(
+    reason: RejectReason,
+    template: AudioChunk,
+    *,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+) -> BadRecord:
     """A good chunk's record (``encode_chunk(template)``) with one thing broken, such that
     ``decode_chunk`` rejects it with ``reason``. ``template`` must be a valid audio chunk without
-    flags, holding at least one sample.
+    flags, holding at least one sample. ``max_payload_bytes``: the workers' ``max_chunk_bytes``
+    (an oversize payload must exceed theirs, else they take it for audio).
 
     Raises:
         ValueError: ``reason`` is not one of ``INJECTABLE_REASONS`` or impossible for the
@@ -293,7 +299,7 @@ def make_bad_record(reason: RejectReason, template: AudioChunk) -> BadRecord:
             raise ValueError(f"{template.encoding.value} cannot have an odd byte count")
         value = value[:-1]
     elif reason is RejectReason.OVERSIZE_PAYLOAD:
-        value = bytes(DEFAULT_MAX_PAYLOAD_BYTES + 2)
+        value = bytes(max_payload_bytes + 2)
     elif reason is RejectReason.EMPTY_PAYLOAD:
         value = b""
     else:

@@ -124,6 +124,15 @@ def test_each_bad_record_fails_decode_chunk_with_its_reason(encoding: Encoding) 
         assert rejected.value.reason == reason
 
 
+def test_an_oversize_record_exceeds_the_workers_own_limit() -> None:
+    template = AudioChunk("c", "mono", 0, 16000, Encoding.PCM_S16LE, memoryview(bytes(640)))
+    limit = 131072  # a deployment that raised STREAMSCRIBE_MAX_CHUNK_BYTES
+    record = make_bad_record(RejectReason.OVERSIZE_PAYLOAD, template, max_payload_bytes=limit)
+    with pytest.raises(ChunkRejectedError) as rejected:
+        decode_chunk(record.key, record.value, record.headers, max_payload_bytes=limit)
+    assert rejected.value.reason == RejectReason.OVERSIZE_PAYLOAD
+
+
 def test_impossible_bad_records_are_refused() -> None:
     one_byte = AudioChunk("c", "mono", 0, 8000, Encoding.MULAW, memoryview(b"\x01\x02"))
     with pytest.raises(ValueError, match="odd"):
