@@ -4,8 +4,10 @@ Reads a time range (``--from`` / ``--to``: record timestamps) and/or a set of ca
 without touching the production consumer group, runs the engine of the current settings (the
 global ``--config`` file and ``STREAMSCRIBE_*`` variables: model, endpoint, VAD…) over it
 exactly as the worker would, and writes the finals to a results file (``--output``, stdout by
-default) and/or to shadow topics (``--shadow-prefix``). The same range and settings always write
-the same bytes. A summary goes to stderr. ``docs/replay.md`` shows the model-upgrade workflow.
+default) and/or to shadow topics (``--shadow-prefix``). With ``--hotwords`` it decodes with the
+hotword lists in Redis, read once at the start. The same range, settings (and hotword lists)
+always write the same bytes. A summary goes to stderr. ``docs/replay.md`` shows the
+model-upgrade workflow.
 """
 
 from __future__ import annotations
@@ -78,6 +80,14 @@ def register(subparsers: Any) -> None:
     )
     add_env_option(
         parser,
+        "--hotwords",
+        env="STREAMSCRIBE_REPLAY_HOTWORDS",
+        action="store_true",
+        help="decode with the hotword lists in Redis now (read once, recorded in the header); "
+        "without it a replay decodes without hotwords",
+    )
+    add_env_option(
+        parser,
         "--step-ms",
         env="STREAMSCRIBE_REPLAY_STEP_MS",
         type=int,
@@ -89,7 +99,10 @@ def register(subparsers: Any) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     # The model, torch and the Kafka clients load only for this command.
+    from pipeline.asr.engine import BiasSource
     from pipeline.asr.factory import build_engine
+    from pipeline.asr.whisper.tokenizer import WhisperTokenizer
+    from pipeline.hotwords.registry import read_catalog
     from pipeline.replay.kafka import ChunkSource, ShadowSink
     from pipeline.replay.runner import ReplayOptions, ReplayRunner, StreamClock
     from pipeline.worker.admission import AdmissionLimits
@@ -109,7 +122,22 @@ def _replay(args: argparse.Namespace) -> int:
         # Partials are not part of a replay's output; decoding them would only cost time.
         asr = dataclasses.replace(settings.asr, partials=False)
         clock = StreamClock()
-        loaded = build_engine(asr, clock)
+        hotwords: dict[str, Any] | None = None
+
+        def snapshot(tokenizer: WhisperTokenizer) -> BiasSource:
+            nonlocal hotwords
+            read = read_catalog(settings, tokenizer)
+            section = settings.hotwords
+            hotwords = {
+                "version": read.version,
+                "lists": read.lists,
+                "key_prefix": section.key_prefix,
+                "start_bonus": section.start_bonus,
+                "continue_bonus": section.continue_bonus,
+            }
+            return read.catalog
+
+        loaded = build_engine(asr, clock, biases=snapshot if args.hotwords else None)
         worker = settings.worker
         options = ReplayOptions(
             calls=frozenset(wanted.calls) if wanted.calls else None,
@@ -140,6 +168,7 @@ def _replay(args: argparse.Namespace) -> int:
             "max_chunk_bytes": options.max_chunk_bytes,
             "max_open_sessions": worker.max_open_sessions,
             "step_interval_ms": options.step_interval_ms,
+            "hotwords": hotwords,
         },
         topic=source.topic,
         from_ms=wanted.from_ms,

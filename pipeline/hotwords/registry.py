@@ -41,7 +41,15 @@ from pipeline.hotwords.store import HotwordStore, connect
 from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer, TrieBias
 from pipeline.settings import Settings
 
-__all__ = ["Backoff", "DependencyListener", "HotwordRegistry", "RegistryConfig", "UpdateListener"]
+__all__ = [
+    "Backoff",
+    "CatalogSnapshotRead",
+    "DependencyListener",
+    "HotwordRegistry",
+    "RegistryConfig",
+    "UpdateListener",
+    "read_catalog",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -138,16 +146,9 @@ class HotwordRegistry:
             reconnect_initial_s=section.reconnect_initial_ms / 1000,
             reconnect_max_s=section.reconnect_max_ms / 1000,
         )
-        store = HotwordStore(
-            connect(settings.redis.url, config.redis_timeout_s),
-            HotwordKeys(section.key_prefix),
-            call_ttl_s=section.call_ttl_s,
-            clock=clock,
-        )
-        weights = BiasWeights(section.start_bonus, section.continue_bonus)
         registry = cls(
-            store,
-            HotwordCatalog(tokenizer, weights),
+            _store(settings, config.redis_timeout_s, clock),
+            _catalog(settings, tokenizer),
             config,
             on_dependency=on_dependency,
             on_update=on_update,
@@ -289,6 +290,47 @@ class HotwordRegistry:
             self._on_dependency(up, detail)
         except Exception:
             logger.exception("hotword on_dependency callback failed")
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshotRead:
+    """Every hotword list in Redis at one moment, as a fixed ``BiasSource`` (``catalog``)."""
+
+    catalog: HotwordCatalog
+    version: int
+    lists: int
+
+
+def read_catalog(settings: Settings, tokenizer: PhraseTokenizer) -> CatalogSnapshotRead:
+    """Read every list once, with the settings' Redis, key prefix and bias weights: the lists a
+    worker would use now, fixed (a replay decodes with one set, however Redis changes later).
+
+    Raises:
+        InfrastructureError: Redis cannot be read.
+    """
+    store = _store(settings, RegistryConfig().redis_timeout_s, None)
+    try:
+        version, lists = store.read_all()
+    finally:
+        store.client.close()
+    catalog = _catalog(settings, tokenizer)
+    catalog.replace_all(lists)
+    return CatalogSnapshotRead(catalog, version, len(lists))
+
+
+def _store(settings: Settings, timeout_s: float, clock: Clock | None) -> HotwordStore:
+    section = settings.hotwords
+    return HotwordStore(
+        connect(settings.redis.url, timeout_s),
+        HotwordKeys(section.key_prefix),
+        call_ttl_s=section.call_ttl_s,
+        clock=clock,
+    )
+
+
+def _catalog(settings: Settings, tokenizer: PhraseTokenizer) -> HotwordCatalog:
+    section = settings.hotwords
+    return HotwordCatalog(tokenizer, BiasWeights(section.start_bonus, section.continue_bonus))
 
 
 def _close_quietly(pubsub: Any) -> None:

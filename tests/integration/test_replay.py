@@ -25,6 +25,7 @@ from pipeline.cli import main
 from pipeline.contracts import Final
 from pipeline.contracts.reading import parse_final
 from pipeline.evaluation import word_errors
+from pipeline.hotwords import HotwordKeys, HotwordStore, ListRef, connect
 from pipeline.producer import AudioPublisher
 from pipeline.replay.results import PartitionRange, load_run
 from pipeline.runtime.admin import TopicAdmin
@@ -290,3 +291,54 @@ def test_the_range_is_cut_by_record_timestamps_and_the_watermarks(replays: Repla
         assert (after.start_offset, after.end_offset) == (first_at_cut, span.end_offset)
     finally:
         source.close()
+
+
+def test_a_replay_decodes_with_the_hotword_lists_in_redis_only_when_asked(
+    kafka_bootstrap: str,
+    redis_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run_id = uuid.uuid4().hex[:10]
+    kafka = KafkaSettings(bootstrap_servers=kafka_bootstrap, topic_prefix=f"test-{run_id}.")
+    specs = load_topic_specs(prefix=kafka.topic_prefix)
+    admin = TopicAdmin(kafka)
+    admin.apply(specs)
+    key_prefix = f"test-{run_id}:hw"
+    for name, value in {
+        "STREAMSCRIBE_TORCH_THREADS": "1",
+        "STREAMSCRIBE_REDIS_URL": redis_url,
+        "STREAMSCRIBE_HOTWORDS_KEY_PREFIX": key_prefix,
+    }.items():
+        monkeypatch.setenv(name, value)
+    client = connect(redis_url)
+    plain, biased = tmp_path / "plain.jsonl", tmp_path / "biased.jsonl"
+    try:
+        # The name the unbiased model mishears (bench/results/hotwords.md), for the call's tenant.
+        HotwordStore(client, HotwordKeys(key_prefix)).add(ListRef("default"), ["Niamh"])
+        speech = read_call_audio(_fixture("hot01_niamh")).channels["mono"]
+        with (
+            AudioPublisher.connect(Settings(kafka=kafka)) as publisher,
+            publisher.open_call("hot") as call,
+        ):
+            call.push("mono", speech)
+        _replay(kafka, "--calls", "hot", "--output", str(plain))
+        _replay(kafka, "--calls", "hot", "--hotwords", "--output", str(biased))
+    finally:
+        keys = list(client.scan_iter(match=f"{key_prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+        admin.delete([spec.name for spec in specs])
+    plain_text = " ".join(final.text for final in load_run(plain).finals)
+    biased_text = " ".join(final.text for final in load_run(biased).finals)
+    assert "Niamh" not in plain_text
+    assert "Niamh" in biased_text, biased_text
+    plain_header, biased_header = _lines(plain)[0], _lines(biased)[0]
+    assert isinstance(plain_header["replay"], dict)
+    assert plain_header["replay"]["hotwords"] is None
+    assert isinstance(biased_header["replay"], dict)
+    recorded = biased_header["replay"]["hotwords"]
+    assert recorded["lists"] == 1
+    assert recorded["version"] >= 1
+    assert recorded["key_prefix"] == key_prefix
