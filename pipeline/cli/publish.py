@@ -97,7 +97,7 @@ def _publish(args: argparse.Namespace) -> int:
         raise ConfigError("--call-id is required (or STREAMSCRIBE_CALL_ID)")
     settings = settings_from_args(args)
     sample_rate_hz, channels, frames = load_frames(args.file)
-    chunk_ms = args.chunk_ms or settings.publisher.chunk_ms
+    chunk_ms = settings.publisher.chunk_ms if args.chunk_ms is None else args.chunk_ms
     with (
         AudioPublisher.connect(settings) as publisher,
         publisher.open_call(

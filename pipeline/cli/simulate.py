@@ -271,7 +271,7 @@ def _simulate(args: argparse.Namespace) -> int:
     spec = LoadSpec(
         max_calls=args.calls,
         duration_ms=round(args.duration_s * 1000),
-        chunk_ms=args.chunk_ms or settings.publisher.chunk_ms,
+        chunk_ms=settings.publisher.chunk_ms if args.chunk_ms is None else args.chunk_ms,
         arrival_rate_per_s=args.arrival_rate,
         arrival=Arrival(args.arrival),
         bad_rate=args.bad_rate,
