@@ -18,18 +18,22 @@ from __future__ import annotations
 import json
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from pipeline.qa.matching import normalize_words
 from pipeline.settings import KafkaSettings
 from tests.conftest import FIXTURES, validate
 from tests.integration.qa_harness import (
+    APP_ID,
     QaProcess,
     Reader,
     committed_everything,
@@ -175,6 +179,97 @@ def _summary_of(records: list[tuple[str | None, dict[str, Any]]], call_id: str) 
     return summary
 
 
+def _read_all(topic: str, settings: KafkaSettings, isolation: str) -> list[Any]:
+    """Every record of ``topic`` (all partitions, from the start), as confluent messages."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"diag-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+        partitions = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions]
+        consumer.assign(partitions)
+        highs = {p.partition: consumer.get_watermark_offsets(p, timeout=10)[1] for p in partitions}
+        records: list[Any] = []
+        deadline = time.monotonic() + 20
+        done: set[int] = {p for p, high in highs.items() if high == 0}
+        while len(done) < len(highs) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=500, timeout=0.5):
+                if message.error() is not None:
+                    continue
+                records.append(message)
+                if message.offset() >= highs[message.partition()] - 1:
+                    done.add(message.partition())
+            # read_committed may stop short of the high watermark (control records).
+            positions = consumer.position(partitions)
+            for tp in positions:
+                if tp.offset >= 0 and tp.offset >= highs[tp.partition] - 1:
+                    done.add(tp.partition)
+        return records
+    finally:
+        consumer.close()
+
+
+def _diagnose(settings: KafkaSettings, call_ids: list[str]) -> str:
+    """Where the finals of ``call_ids`` are (asr.finals, the QA input topic, the finals
+    changelog), the input records of those calls, and the app's committed offsets: tells a
+    final the worker never wrote from one the QA app lost."""
+    lines = ["--- diagnostics"]
+    try:
+        prefix = settings.topic_prefix
+        app = f"{prefix}{APP_ID}"
+        for isolation in ("read_committed", "read_uncommitted"):
+            for topic in (f"{prefix}asr.finals", f"{app}-input", f"{app}-finals-changelog"):
+                found: dict[str, list[str]] = {}
+                for message in _read_all(topic, settings, isolation):
+                    value = message.value() or b""
+                    if topic.endswith("-input"):
+                        if value[:1] != b"F":
+                            continue
+                        value = value[1:]
+                    try:
+                        final = orjson.loads(value)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if final.get("call_id") in call_ids:
+                        found.setdefault(final["call_id"], []).append(
+                            f"{final['channel']}:{final['end_ms']}"
+                            f"@{message.partition()}/{message.offset()}"
+                        )
+                for call_id in call_ids:
+                    lines.append(
+                        f"{isolation} {topic.removeprefix(prefix)} {call_id}: "
+                        f"{sorted(found.get(call_id, []))}"
+                    )
+        for message in _read_all(f"{app}-input", settings, "read_uncommitted"):
+            value = message.value() or b""
+            key = (message.key() or b"").decode()
+            if key in call_ids:
+                lines.append(
+                    f"input {key} {message.partition()}/{message.offset()} "
+                    f"ts={message.timestamp()[1]} {value[:1]!r} {value[1:200]!r}"
+                )
+        probe = Consumer({"bootstrap.servers": settings.bootstrap_servers, "group.id": app})
+        try:
+            for topic in (f"{prefix}asr.finals", f"{app}-input"):
+                metadata = probe.list_topics(topic, timeout=10).topics[topic]
+                tps = [TopicPartition(topic, p) for p in metadata.partitions]
+                committed = probe.committed(tps, timeout=10)
+                lines.append(
+                    f"committed {topic.removeprefix(prefix)}: "
+                    f"{[(tp.partition, tp.offset) for tp in committed]}"
+                )
+        finally:
+            probe.close()
+    except Exception as error:  # diagnostics must not hide the failure
+        lines.append(f"diagnostics failed: {error!r}")
+    return "\n".join(lines)
+
+
 def test_fixture_calls_through_the_pipeline_one_summary_each_across_a_qa_crash(
     qa_topics: KafkaSettings, tmp_path: Path
 ) -> None:
@@ -256,6 +351,7 @@ def test_fixture_calls_through_the_pipeline_one_summary_each_across_a_qa_crash(
         assert [str(t) for t in timings if abs(t.error_ms) > t.limit_ms] == []
     except BaseException:
         print(f"--- QA app log\n{qa.tail()}\n--- worker log\n{worker.log()}")
+        print(_diagnose(settings, second_ids))
         raise
     finally:
         calls.close()

@@ -1,0 +1,125 @@
+"""The QA app never drops or commits past a record an agent has not processed (issue #7).
+
+Two faust-streaming 0.15.3 behaviours, each of which lost a final right after a restart:
+
+- ``FlowControlEvent.resume()`` clears every agent's input buffer, also when the flow is already
+  running; faust's table recovery does exactly that after it has resumed the stream partitions,
+  so records fetched in between were cleared unprocessed and never fetched again. The app's
+  ``_FlowControl`` clears only on a real resume (after a suspension, i.e. a rebalance).
+- ``Consumer._add_gap`` counted the record just fetched as part of the offset gap before it (a
+  gap counts as acknowledged when offsets are committed), so a commit could pass it while it
+  was still in flight. ``_ReadCommittedConsumer._add_gap`` ends the gap before that record.
+
+The whole path (a SIGKILL, a restart with finals arriving meanwhile) runs against the broker in
+tests/integration/test_qa_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+from faust.types import TP
+from intervaltree import IntervalTree
+from mode.utils.queues import FlowControlQueue
+
+from pipeline.qa import app as qa_app
+from pipeline.qa.app import QaApp
+from pipeline.qa.rules import DEFAULT_RULES
+from pipeline.settings import KafkaSettings, QaSettings, Settings
+
+TOPIC_PARTITION = TP("asr.finals", 7)
+
+
+def _buffered(flow: qa_app._FlowControl) -> FlowControlQueue[str]:
+    queue: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
+    queue.put_nowait("final 9")
+    return queue
+
+
+def test_resuming_a_running_flow_keeps_what_the_agents_have_not_read() -> None:
+    async def scenario() -> int:
+        flow = qa_app._FlowControl()
+        flow.resume()  # recovery resumes the flow (it starts suspended)
+        queue = _buffered(flow)  # a record fetched once the stream partitions are resumed
+        flow.resume()  # recovery is complete: faust resumes again
+        return queue.qsize()
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_resuming_after_a_suspension_still_drops_what_was_read_before() -> None:
+    async def scenario() -> tuple[bool, int]:
+        flow = qa_app._FlowControl()
+        flow.resume()
+        queue = _buffered(flow)
+        flow.suspend()  # a rebalance
+        suspended = not flow.is_active()
+        flow.resume()
+        return suspended, queue.qsize()
+
+    assert asyncio.run(scenario()) == (True, 0)
+
+
+def test_the_app_uses_this_flow_control() -> None:
+    settings = Settings(kafka=KafkaSettings(topic_prefix="env1."), qa=QaSettings(web_port=16098))
+    app = QaApp(settings, DEFAULT_RULES)
+    assert isinstance(app.app.flow_control, qa_app._FlowControl)
+    assert not app.app.flow_control.is_active()
+
+
+def _consumer(committed: int | None) -> Any:
+    """The consumer's offset bookkeeping, without a transport or a broker."""
+    consumer: Any = object.__new__(qa_app._ReadCommittedConsumer)
+    consumer._committed_offset = defaultdict(lambda: None, {TOPIC_PARTITION: committed})
+    consumer._gap = defaultdict(IntervalTree)
+    consumer._acked = defaultdict(list)
+    consumer._acked_index = defaultdict(set)
+    return consumer
+
+
+def _gap(consumer: Any) -> list[tuple[int, int]]:
+    return sorted((i.begin, i.end) for i in consumer._gap[TOPIC_PARTITION])
+
+
+def _commit_all(consumer: Any) -> int | None:
+    """Commit as far as faust would, one commit interval after another."""
+    committed: int | None = consumer._committed_offset[TOPIC_PARTITION]
+    for _ in range(100):
+        offset = consumer._new_offset(TOPIC_PARTITION)
+        if offset is None or (committed is not None and offset <= committed):
+            break
+        committed = consumer._committed_offset[TOPIC_PARTITION] = offset
+    return committed
+
+
+def test_a_gap_ends_before_the_record_that_revealed_it() -> None:
+    consumer = _consumer(committed=None)
+    # read 2, then 4 (3 is a transaction marker)
+    asyncio.run(consumer._add_gap(TOPIC_PARTITION, 3, 4))
+    assert _gap(consumer) == [(3, 4)]
+    # a jump by one offset is no gap at all
+    asyncio.run(consumer._add_gap(TOPIC_PARTITION, 5, 5))
+    assert _gap(consumer) == [(3, 4)]
+
+
+def test_a_commit_never_passes_a_record_in_flight_after_a_seek() -> None:
+    # Records 2..18 (every other offset: markers between) were processed before a seek reset
+    # the read position to the committed offset 1; then record 20 is fetched: faust sees a gap
+    # 2..19. Until 20 is processed the commit must stop before it.
+    consumer = _consumer(committed=1)
+    consumer._acked[TOPIC_PARTITION] = list(range(2, 19, 2))
+    consumer._acked_index[TOPIC_PARTITION] = set(range(2, 19, 2))
+    asyncio.run(consumer._add_gap(TOPIC_PARTITION, 2, 20))
+    assert _commit_all(consumer) == 20
+    consumer._acked[TOPIC_PARTITION].append(20)
+    assert _commit_all(consumer) == 21
+
+
+def test_markers_between_processed_records_still_commit() -> None:
+    consumer = _consumer(committed=1)
+    for previous, offset in ((2, 4), (4, 6)):
+        asyncio.run(consumer._add_gap(TOPIC_PARTITION, previous + 1, offset))
+    consumer._acked[TOPIC_PARTITION] = [2, 4, 6]
+    assert _commit_all(consumer) == 7
