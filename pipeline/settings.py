@@ -147,6 +147,11 @@ class WorkerSettings:
     idle_timeout_ms: int = setting(
         30000, "IDLE_TIMEOUT_MS", "close a session after this long without audio"
     )
+    ended_retention_ms: int = setting(
+        3_600_000,
+        "ENDED_RETENTION_MS",
+        "remember an ended channel this long (its late chunks are refused), then forget it",
+    )
     max_call_ms: int = setting(14_400_000, "MAX_CALL_MS", "longest call per channel (audio ms)")
     max_open_sessions: int = setting(2000, "MAX_OPEN_SESSIONS", "most open sessions per worker")
     max_chunk_bytes: int = setting(65536, "MAX_CHUNK_BYTES", "largest accepted audio payload")

@@ -36,6 +36,7 @@ import signal
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +152,9 @@ class AsrWorker:
         )
         self._partitions: dict[int, PartitionProgress] = {}
         self._session_partition: dict[SessionKey, int] = {}
+        # Ended sessions still remembered (late chunks refused), oldest end first:
+        # key → (partition, when its end was checkpointed or restored, ms).
+        self._ended: OrderedDict[SessionKey, tuple[int, int]] = OrderedDict()
         self._stop = threading.Event()
         self._last_commit_ms = 0
         self._commit_needed = False
@@ -350,8 +354,8 @@ class AsrWorker:
                 self._dead_letter(record, rejected.reason, rejected.detail, None)
             return
         key = SessionKey(chunk.call_id, chunk.channel)
-        session = progress.session(key)
-        if offset <= session.skip_through:
+        known = progress.sessions.get(key)
+        if known is not None and offset <= known.skip_through:
             return  # covered by the session's restored snapshot
         duration_ms = chunk.duration_ms
         decision = self._admission.decide(key, chunk.seq, duration_ms, chunk.end_of_stream)
@@ -373,6 +377,8 @@ class AsrWorker:
                 self._event(
                     EventType.SEQUENCE_GAP, key, {"missing_from": first, "missing_to": end - 1}
                 )
+        # Bookkeeping only for admitted chunks: rejected and duplicate ones leave nothing behind.
+        session = known if known is not None else progress.session(key)
         self._session_partition[key] = partition
         self._audio_ms_since_step += duration_ms
         session.needed_offsets.append(offset)
@@ -569,6 +575,7 @@ class AsrWorker:
                 offsets.append(
                     TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], partition, watermark)
                 )
+        self._expire_ended(now_ms)
         self._last_commit_ms = now_ms
         self._commit_needed = False
         if not offsets and not self._outbox:
@@ -655,6 +662,7 @@ class AsrWorker:
                 )
                 del progress.sessions[key]
                 self._session_partition.pop(key, None)
+                self._remember_ended(key, partition, now_ms)
                 continue
             finals_moved = session.finals_through != session.checkpointed_finals_through
             snapshot = None
@@ -680,6 +688,28 @@ class AsrWorker:
                 value=PartitionCheckpoint(progress.handled_through).encode(),
                 partition=partition,
             )
+
+    def _remember_ended(self, key: SessionKey, partition: int, now_ms: int) -> None:
+        self._ended[key] = (partition, now_ms)
+        self._ended.move_to_end(key)
+
+    def _expire_ended(self, now_ms: int) -> None:
+        """Forget sessions ended ``ended_retention_ms`` ago and delete their checkpoints
+        (tombstones, in this commit): memory and ``asr.checkpoints`` hold the live calls and
+        the recently ended ones, not every call a partition ever carried."""
+        retention_ms = self._worker.ended_retention_ms
+        topic = self._topics[TopicRole.CHECKPOINTS]
+        while self._ended:
+            key, (partition, ended_ms) = next(iter(self._ended.items()))
+            if now_ms - ended_ms < retention_ms:
+                break
+            del self._ended[key]
+            state = self._admission.state(key)
+            if state is not None and not state.ended:
+                continue  # not ended any more (cannot happen: ended sessions refuse chunks)
+            self._admission.forget(key)
+            if partition in self._partitions:
+                self._stage(topic, key=encode_key(key), value=None, partition=partition)
 
     def _transaction_failed(self, error: KafkaException | _StuckCallError) -> None:
         """Abort (or replace a stuck producer) and rewind: drop in-RAM state and replay from the
@@ -833,6 +863,9 @@ class AsrWorker:
             self._engine.drop(key)
             self._admission.forget(key)
             del self._session_partition[key]
+        for key in [k for k, (p, _) in self._ended.items() if p in gone]:
+            self._admission.forget(key)
+            del self._ended[key]
 
     def _restore(self, partitions: Iterable[int]) -> None:
         """Read the partitions' checkpoints and rebuild their sessions' starting state."""
@@ -853,6 +886,8 @@ class AsrWorker:
         if checkpoint.ended:
             if checkpoint.admission is not None:
                 self._admission.restore(key, checkpoint.admission)
+            # Kept for ended_retention_ms from now (the checkpoint's own age is not read).
+            self._remember_ended(key, progress.partition, self._clock.now_ms())
             return
         session = progress.session(key)
         session.finals_through = checkpoint.finals_through

@@ -95,19 +95,33 @@ class Admission:
     def __init__(self, limits: AdmissionLimits | None = None) -> None:
         self._limits = limits or AdmissionLimits()
         self._sessions: OrderedDict[tuple[str, str], AdmissionState] = OrderedDict()
+        self._open: set[tuple[str, str]] = set()  # keys of sessions not ended (O(1) count)
 
     @property
     def open_sessions(self) -> int:
-        return sum(1 for state in self._sessions.values() if not state.ended)
+        return len(self._open)
+
+    @property
+    def known_sessions(self) -> int:
+        """Open and ended sessions still remembered (ended ones until ``forget``)."""
+        return len(self._sessions)
 
     def state(self, key: tuple[str, str]) -> AdmissionState | None:
         return self._sessions.get(key)
 
     def restore(self, key: tuple[str, str], state: AdmissionState) -> None:
         self._sessions[key] = state
+        self._track(key, state)
 
     def forget(self, key: tuple[str, str]) -> None:
         self._sessions.pop(key, None)
+        self._open.discard(key)
+
+    def _track(self, key: tuple[str, str], state: AdmissionState) -> None:
+        if state.ended:
+            self._open.discard(key)
+        else:
+            self._open.add(key)
 
     def decide(
         self, key: tuple[str, str], seq: int, duration_ms: float, end_of_stream: bool
@@ -154,6 +168,7 @@ class Admission:
         state.ended = end_of_stream
         self._sessions[key] = state
         self._sessions.move_to_end(key)
+        self._track(key, state)
         return Decision(Verdict.ADMIT, gap=gap, new_session=new_session)
 
     def end(self, key: tuple[str, str]) -> None:
@@ -161,3 +176,4 @@ class Admission:
         state = self._sessions.get(key)
         if state is not None:
             state.ended = True
+            self._open.discard(key)

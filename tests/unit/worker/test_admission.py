@@ -72,3 +72,17 @@ def test_each_sequence_number_is_admitted_at_most_once(seqs: list[int]) -> None:
     admitted = [s for s in seqs if admission.decide(KEY, s, 20.0, False).verdict is Verdict.ADMIT]
     assert len(admitted) == len(set(admitted))
     assert admitted == sorted(admitted)
+
+
+def test_open_sessions_are_counted_through_ends_restores_and_forgets() -> None:
+    admission = Admission(AdmissionLimits(max_open_sessions=2))
+    admission.decide(("a", "mono"), 0, 20.0, False)
+    admission.decide(("b", "mono"), 0, 20.0, True)  # ends at once
+    admission.restore(("c", "mono"), AdmissionState(next_seq=3))
+    admission.restore(("d", "mono"), AdmissionState(next_seq=9, ended=True))
+    assert (admission.open_sessions, admission.known_sessions) == (2, 4)
+    assert admission.decide(("e", "mono"), 0, 20.0, False).reason is RejectReason.TOO_MANY_SESSIONS
+    admission.end(("a", "mono"))
+    admission.forget(("c", "mono"))
+    assert (admission.open_sessions, admission.known_sessions) == (0, 3)
+    assert admission.decide(("e", "mono"), 0, 20.0, False).verdict is Verdict.ADMIT

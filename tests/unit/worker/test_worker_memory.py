@@ -1,0 +1,166 @@
+"""The worker loop's bookkeeping with fake Kafka clients and a no-op model: what it remembers."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from prometheus_client import CollectorRegistry
+
+from pipeline.asr.engine import EngineConfig, StreamingEngine
+from pipeline.asr.recognizer import Recognition
+from pipeline.clock import ManualClock
+from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
+from pipeline.runtime.metrics import WorkerMetrics
+from pipeline.runtime.worker import AsrWorker
+from pipeline.settings import Settings, WorkerSettings
+from pipeline.worker.checkpoint import encode_key
+from pipeline.worker.progress import PartitionProgress
+
+RETENTION_MS = 60_000
+
+
+class _Hears:
+    """A recognizer that hears nothing."""
+
+    model_id = "nothing"
+
+    def recognize(self, requests: Any) -> list[Recognition]:
+        return [Recognition((), "", 0.0, 0.0, 0.0) for _ in requests]
+
+
+class _Silence:
+    """A VAD that hears no speech; its state is nothing."""
+
+    frame_samples = 512
+
+    def new_state(self) -> object:
+        return None
+
+    def speech_probs(self, frames: npt.NDArray[np.float32], states: Any) -> Any:
+        return np.zeros(len(states), dtype=np.float32)
+
+    def export_state(self, state: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return (), ()
+
+    def import_state(self, data: Any) -> object:
+        return None
+
+
+class _Message:
+    def __init__(self, key: bytes, value: bytes, headers: Any, offset: int) -> None:
+        self._key, self._value, self._headers, self._offset = key, value, headers, offset
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def headers(self) -> Any:
+        return self._headers
+
+    def topic(self) -> str:
+        return "audio.chunks"
+
+
+class _Producer:
+    """A transactional producer that keeps what was committed."""
+
+    def __init__(self) -> None:
+        self.committed: list[tuple[str, bytes | None, bytes | None]] = []
+        self._open: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def begin_transaction(self) -> None:
+        self._open = []
+
+    def produce(
+        self, topic: str, key: bytes | None = None, value: bytes | None = None, **_: Any
+    ) -> None:
+        self._open.append((topic, key, value))
+
+    def send_offsets_to_transaction(self, *_: Any) -> None:
+        pass
+
+    def commit_transaction(self, *_: Any) -> None:
+        self.committed += self._open
+
+
+class _Consumer:
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+    def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
+        return 0, 0
+
+
+def _worker(clock: ManualClock, **worker: Any) -> tuple[AsrWorker, _Producer]:
+    settings = Settings(
+        worker=dataclasses.replace(WorkerSettings(), ended_retention_ms=RETENTION_MS, **worker)
+    )
+    engine = StreamingEngine(_Hears(), _Silence(), EngineConfig(), clock)
+    asr = AsrWorker(settings, engine, metrics=WorkerMetrics(CollectorRegistry()), clock=clock)
+    producer = _Producer()
+    asr._tx, asr._consumer = producer, _Consumer()
+    asr._partitions[0] = PartitionProgress(0)
+    return asr, producer
+
+
+def _chunk(call_id: str, seq: int, offset: int, *, end: bool = False) -> _Message:
+    chunk = AudioChunk(
+        call_id, "mono", seq, 16000, Encoding.PCM_S16LE, memoryview(bytes(640)), end_of_stream=end
+    )
+    return _Message(*encode_chunk(chunk), offset)
+
+
+def _run(worker: AsrWorker, messages: list[_Message]) -> None:
+    for message in messages:
+        worker._handle(message)
+    for _ in range(3):
+        for output in worker._engine.step():
+            worker._route(output)
+    worker._commit()
+
+
+def _checkpoints(producer: _Producer) -> list[tuple[bytes | None, bytes | None]]:
+    return [(key, value) for topic, key, value in producer.committed if "checkpoints" in topic]
+
+
+def test_an_ended_call_is_remembered_for_the_retention_then_forgotten_with_its_checkpoint() -> None:
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock)
+    _run(worker, [_chunk("c1", seq, seq, end=seq == 4) for seq in range(5)])
+    assert worker._admission.known_sessions == 1
+    assert worker._admission.open_sessions == 0
+    ended_key = encode_key(next(iter(worker._ended)))
+    assert any(key == ended_key and value for key, value in _checkpoints(producer))
+
+    clock.advance(RETENTION_MS - 1)  # a late chunk within the retention: refused
+    _run(worker, [_chunk("c1", 5, 5)])
+    assert worker.status.dead_letters == 1
+    assert worker._admission.known_sessions == 1
+
+    clock.advance(1)
+    _run(worker, [])
+    assert worker._admission.known_sessions == 0
+    assert not worker._ended
+    assert _checkpoints(producer)[-1] == (ended_key, None)  # a tombstone: compaction drops it
+
+
+def test_refused_chunks_leave_no_bookkeeping_behind() -> None:
+    worker, _ = _worker(ManualClock(1_000_000), max_open_sessions=1)
+    _run(worker, [_chunk(f"call-{n}", 0, n) for n in range(50)])
+    assert worker.status.dead_letters == 49  # too_many_sessions
+    assert len(worker._partitions[0].sessions) == 1
+    assert worker._admission.known_sessions == 1
