@@ -40,6 +40,16 @@ def consumer_config(
     return config
 
 
+DEAD_LETTER_MAX_BYTES = 2 * 1024 * 1024
+"""``max.message.bytes`` of ``audio.dlq`` (topics.toml), twice that of ``audio.chunks``: any record
+the audio topic accepted fits, with its ``dlq-*`` headers, and the transactional producer's
+``message.max.bytes`` is the same, so a dead letter is never refused on its way out."""
+
+DEAD_LETTER_MAX_VALUE_BYTES = DEAD_LETTER_MAX_BYTES - 64 * 1024
+"""A dead letter's value is cut to this many bytes (headers and record overhead keep the rest):
+only a record far beyond what ``audio.chunks`` accepts (uncompressed, say) is ever cut."""
+
+
 def transactional_producer_config(
     kafka: KafkaSettings, worker: WorkerSettings, worker_id: str
 ) -> dict[str, object]:
@@ -55,6 +65,7 @@ def transactional_producer_config(
         "client.id": f"streamscribe-worker-{worker_id}-tx",
         "enable.idempotence": True,
         "transaction.timeout.ms": worker.transaction_timeout_ms,
+        "message.max.bytes": DEAD_LETTER_MAX_BYTES,
         "linger.ms": 2,
         "compression.type": "lz4",
     }

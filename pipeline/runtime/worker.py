@@ -67,6 +67,7 @@ from pipeline.contracts.messages import (
 )
 from pipeline.errors import ChunkRejectedError, InfrastructureError
 from pipeline.runtime.kafka import (
+    DEAD_LETTER_MAX_VALUE_BYTES,
     checkpoint_reader_config,
     consumer_config,
     partials_producer_config,
@@ -406,12 +407,14 @@ class AsrWorker:
             offset=record.offset(),
             worker_id=self.worker_id,
         )
-        self._stage(
-            self._topics[TopicRole.DLQ],
-            key=record.key(),
-            value=record.value(),
-            headers=list(record.headers() or []) + info.headers(),
-        )
+        value = record.value()
+        headers = list(record.headers() or []) + info.headers()
+        if value is not None and len(value) > DEAD_LETTER_MAX_VALUE_BYTES:
+            # Far beyond anything audio.chunks accepts: kept cut, rather than a record the
+            # transaction cannot carry (its commit would fail, rewind and fail again forever).
+            headers.append(("dlq-truncated-from-bytes", str(len(value)).encode()))
+            value = value[:DEAD_LETTER_MAX_VALUE_BYTES]
+        self._stage(self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers)
         self._metrics.count_chunk(ChunkOutcome.REJECTED)
         self._metrics.count_dead_letter(RejectReason(reason))
         self.status.dead_letters += 1

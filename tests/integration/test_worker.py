@@ -171,6 +171,9 @@ def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str
         (key, b"\x03" * 320, headers(900003, ss_sample_rate_hz="44100"), "unsupported_sample_rate"),
         (key, b"\x04" * 320, headers(900004, ss_encoding="opus"), "unsupported_encoding"),
         (key, b"\x05" * 70000, headers(900005), "oversize_payload"),
+        # 1.5 MB, past the default producer limit (1 MB), accepted by audio.chunks compressed:
+        # its dead letter must fit through the worker's transaction whole.
+        (key, b"\x08" * 1_500_000, headers(900008), "oversize_payload"),
         (None, b"\x06" * 320, headers(900006), "missing_key"),
         (key, b"\x07" * 320, headers(900007, ss_seq="x"), "bad_sequence"),
     ]
@@ -184,7 +187,12 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
     bad = _bad_records(call_id)
     # The publisher's partitioner, so the bad records share the good call's partition.
     producer = Producer(
-        {"bootstrap.servers": topics.bootstrap_servers, "partitioner": "murmur2_random"}
+        {
+            "bootstrap.servers": topics.bootstrap_servers,
+            "partitioner": "murmur2_random",
+            "compression.type": "lz4",
+            "message.max.bytes": 4_000_000,
+        }
     )
     for key, value, headers, _ in bad:
         producer.produce(_topic(topics, "audio.chunks"), key=key, value=value, headers=headers)
@@ -243,6 +251,7 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
             break
     consumer.close()
     assert len(dead) == len(bad) + 1
+    assert any(message.value() == b"\x08" * 1_500_000 for message in dead)
     originals = {value: headers for _, value, headers, _ in bad}
     for message in dead:
         headers = dict(message.headers())

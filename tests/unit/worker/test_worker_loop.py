@@ -1,4 +1,4 @@
-"""The worker loop's bookkeeping with fake Kafka clients and a no-op model: what it remembers."""
+"""The worker loop with fake Kafka clients and a no-op model: what it remembers, what it stages."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pipeline.asr.engine import EngineConfig, StreamingEngine
 from pipeline.asr.recognizer import Recognition
 from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
+from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
 from pipeline.runtime.metrics import WorkerMetrics
 from pipeline.runtime.worker import AsrWorker
 from pipeline.settings import Settings, WorkerSettings
@@ -79,16 +80,21 @@ class _Producer:
     """A transactional producer that keeps what was committed."""
 
     def __init__(self) -> None:
-        self.committed: list[tuple[str, bytes | None, bytes | None]] = []
-        self._open: list[tuple[str, bytes | None, bytes | None]] = []
+        self.committed: list[tuple[str, bytes | None, bytes | None, Any]] = []
+        self._open: list[tuple[str, bytes | None, bytes | None, Any]] = []
 
     def begin_transaction(self) -> None:
         self._open = []
 
     def produce(
-        self, topic: str, key: bytes | None = None, value: bytes | None = None, **_: Any
+        self,
+        topic: str,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: Any = None,
+        **_: Any,
     ) -> None:
-        self._open.append((topic, key, value))
+        self._open.append((topic, key, value, headers))
 
     def send_offsets_to_transaction(self, *_: Any) -> None:
         pass
@@ -134,7 +140,7 @@ def _run(worker: AsrWorker, messages: list[_Message]) -> None:
 
 
 def _checkpoints(producer: _Producer) -> list[tuple[bytes | None, bytes | None]]:
-    return [(key, value) for topic, key, value in producer.committed if "checkpoints" in topic]
+    return [(key, value) for topic, key, value, _ in producer.committed if "checkpoints" in topic]
 
 
 def test_an_ended_call_is_remembered_for_the_retention_then_forgotten_with_its_checkpoint() -> None:
@@ -164,3 +170,16 @@ def test_refused_chunks_leave_no_bookkeeping_behind() -> None:
     assert worker.status.dead_letters == 49  # too_many_sessions
     assert len(worker._partitions[0].sessions) == 1
     assert worker._admission.known_sessions == 1
+
+
+def test_a_dead_letter_too_big_for_any_transaction_is_cut_and_says_so() -> None:
+    worker, producer = _worker(ManualClock(1_000_000))
+    chunk = _chunk("c1", 0, 0)
+    huge = b"\x07" * (3 * 1024 * 1024)  # beyond what audio.chunks accepts, even compressed
+    _run(worker, [_Message(chunk.key(), huge, chunk.headers(), 0), _chunk("c1", 0, 1)])
+    dead = [(value, headers) for topic, _, value, headers in producer.committed if "dlq" in topic]
+    assert len(dead) == 1
+    value, headers = dead[0]
+    assert value == huge[:DEAD_LETTER_MAX_VALUE_BYTES]
+    assert dict(headers)["dlq-truncated-from-bytes"] == str(len(huge)).encode()
+    assert worker._admission.open_sessions == 1  # the good chunk after it went through
