@@ -314,6 +314,10 @@ class StreamingEngine:
         """Sessions with a final queued or a partial due (a backpressure signal)."""
         return len(self._due_jobs())
 
+    def due_partials(self) -> list[SessionKey]:
+        """Sessions with a partial due now (what a step with ``partials=False`` leaves due)."""
+        return [job.session.key for job in self._due_jobs() if job.partial]
+
     def pending_finals(self) -> int:
         """Finals queued (endpoint decided, not decoded yet)."""
         return sum(len(session.final_jobs) for session in self._sessions.values())

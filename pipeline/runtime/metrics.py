@@ -271,7 +271,8 @@ PARTIALS_THINNED = MetricSpec(
     "asr_partials_thinned_total",
     MetricType.COUNTER,
     (),
-    "Partials skipped under load (finals go first) or dropped on a full producer queue.",
+    "Partials skipped under load (finals go first; a due partial counts once however long it "
+    "waits) or dropped on a full producer queue.",
 )
 EARLY_FINALS = MetricSpec(
     "asr_early_finals_total",

@@ -164,6 +164,7 @@ class AsrWorker:
         self._outbox: list[_Record] = []
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
+        self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
@@ -794,7 +795,13 @@ class AsrWorker:
         pending = self._engine.pending_jobs()
         thin = pending > self._worker.max_pending_jobs // 2
         if thin:
-            self._metrics.count_thinned_partials(max(0, pending - self._engine.pending_finals()))
+            # Each due partial counts once, however many steps it waits (it stays due).
+            due = set(self._engine.due_partials())
+            self._thinned &= due
+            self._metrics.count_thinned_partials(len(due - self._thinned))
+            self._thinned |= due
+        else:
+            self._thinned.clear()
         if thin != self.status.thinning:
             self.status.thinning = thin
             self._event(

@@ -183,3 +183,27 @@ def test_a_dead_letter_too_big_for_any_transaction_is_cut_and_says_so() -> None:
     assert value == huge[:DEAD_LETTER_MAX_VALUE_BYTES]
     assert dict(headers)["dlq-truncated-from-bytes"] == str(len(huge)).encode()
     assert worker._admission.open_sessions == 1  # the good chunk after it went through
+
+
+class _Speech(_Silence):
+    """A VAD that hears speech everywhere."""
+
+    def speech_probs(self, frames: npt.NDArray[np.float32], states: Any) -> Any:
+        return np.ones(len(states), dtype=np.float32)
+
+
+def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
+    clock = ManualClock(1_000_000)
+    settings = Settings(worker=dataclasses.replace(WorkerSettings(), max_pending_jobs=2))
+    engine = StreamingEngine(_Hears(), _Speech(), EngineConfig(), clock)
+    registry = CollectorRegistry()
+    worker = AsrWorker(settings, engine, metrics=WorkerMetrics(registry), clock=clock)
+    worker._partitions[0] = PartitionProgress(0)
+    for seq in range(60):  # 1.2 s of "speech" on three calls: a partial due on each
+        for n in range(3):
+            worker._handle(_chunk(f"call-{n}", seq, 3 * seq + n))
+    engine.step(max_jobs=0)  # VAD only
+    assert len(engine.due_partials()) == 3
+    for _ in range(5):  # five loop iterations while thinning: the same three partials wait
+        assert worker._thinning()
+    assert registry.get_sample_value("asr_partials_thinned_total") == 3
