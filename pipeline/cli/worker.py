@@ -41,6 +41,9 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.runtime.metrics import WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
 
+    # SIGTERM before the worker runs (loading the model, waiting for Redis): nothing to hand
+    # over yet, so leave at once (as PID 1 in a container the default would ignore it).
+    signal.signal(signal.SIGTERM, _leave_now)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how to see where a worker hangs.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     logging.basicConfig(
@@ -55,6 +58,7 @@ def _run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(
             settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
         )
+    logging.getLogger(__name__).info("loading the model (device %s)", settings.asr.device)
     metrics = WorkerMetrics()
     registries: list[HotwordRegistry] = []
 
@@ -103,3 +107,7 @@ def _run(args: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
     return 0
+
+
+def _leave_now(signum: int, frame: object) -> None:
+    raise SystemExit(0)

@@ -98,6 +98,9 @@ logger = logging.getLogger(__name__)
 
 CHECKPOINT_READ_TIMEOUT_S = 30.0
 TRANSACTION_TIMEOUT_S = 30.0
+RETRY_DEADLINE_S = 120.0
+"""How long a transactional call is retried on retriable errors (a broker restarting), except
+while shutting down, when the rest of the shutdown bound is all there is."""
 # How long past its own timeout a transactional call may block before the producer is given up
 # as stuck (see ``_bounded``).
 STUCK_GRACE_S = 5.0
@@ -164,6 +167,7 @@ class AsrWorker:
         self._outbox: list[_Record] = []
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
+        self._shutdown_deadline: float | None = None  # monotonic, once stopping
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
@@ -294,9 +298,17 @@ class AsrWorker:
             self._metrics.count_early_finals(EarlyFinalOutcome.USED, used - seen_used)
             self._early_finals_seen = counts
 
+    def _retry_s(self) -> float:
+        """How long a commit's calls may be retried: what is left of the shutdown bound while
+        stopping (the next owner replays what is not committed), else ``RETRY_DEADLINE_S``."""
+        if self._shutdown_deadline is None:
+            return RETRY_DEADLINE_S
+        return max(0.0, self._shutdown_deadline - time.monotonic())
+
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
         deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
+        self._shutdown_deadline = deadline
         try:
             if self._consumer is not None and self.status.assigned:
                 self._consumer.pause(self._assignment())
@@ -602,9 +614,12 @@ class AsrWorker:
                 _transactional(
                     lambda: producer.send_offsets_to_transaction(
                         offsets, metadata, TRANSACTION_TIMEOUT_S
-                    )
+                    ),
+                    self._retry_s(),
                 )
-            _transactional(lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S))
+            _transactional(
+                lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S), self._retry_s()
+            )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
             self._finals_in_tx.clear()
@@ -973,7 +988,7 @@ class AsrWorker:
         return {partition: list(found.values()) for partition, found in latest.items()}
 
 
-def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> None:
+def _retrying(operation: Callable[[], object], deadline_s: float = RETRY_DEADLINE_S) -> None:
     """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
     restarting); other errors propagate."""
     deadline = time.monotonic() + deadline_s
@@ -988,9 +1003,10 @@ def _retrying(operation: Callable[[], object], deadline_s: float = 120.0) -> Non
             time.sleep(0.5)
 
 
-def _transactional(operation: Callable[[], object]) -> None:
-    """A transactional call: each try bounded (``_bounded``), retriable errors retried."""
-    _retrying(lambda: _bounded(operation))
+def _transactional(operation: Callable[[], object], retry_s: float = RETRY_DEADLINE_S) -> None:
+    """A transactional call: each try bounded (``_bounded``), retriable errors retried for
+    ``retry_s``."""
+    _retrying(lambda: _bounded(operation), retry_s)
 
 
 class _StuckCallError(InfrastructureError):

@@ -267,6 +267,23 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
     assert [f["text"] for f in finals] == list(embedded_finals(calls).values())
 
 
+def test_sigterm_while_the_model_loads_exits_at_once(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    worker = _worker(topics, group_id, "w-early", tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "loading the model" not in worker.log() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert worker.process is not None
+        assert worker.process.poll() is None, worker.log()  # no worker loop yet
+        exit_s = worker.terminate()
+    finally:
+        worker.stop_quietly()
+    assert worker.process.returncode == 0, worker.log()
+    assert exit_s < 5
+
+
 def test_sigterm_exits_within_its_bound_with_offsets_committed(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:
