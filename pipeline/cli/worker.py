@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace) -> int:
             partitions_assigned=bool(worker.status.assigned),
         )
 
-    server = start_health_server(settings.metrics, metrics.registry, readiness)
+    server = start_health_server(settings.metrics, metrics.registry, readiness, worker.stalled)
     worker.install_signal_handlers()
     try:
         worker.run()

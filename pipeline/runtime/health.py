@@ -36,6 +36,7 @@ from pipeline.settings import KafkaSettings, MetricsSettings
 __all__ = [
     "HealthServer",
     "KafkaProbe",
+    "LivenessProbe",
     "Readiness",
     "ReadinessCheck",
     "ReadinessProbe",
@@ -89,6 +90,10 @@ class Readiness:
 
 ReadinessProbe = Callable[[], Readiness]
 
+LivenessProbe = Callable[[], str | None]
+"""``/healthz``: None while the process is alive and working, else why not (then 503: restart
+it). Without one, ``/healthz`` answers 200 while the HTTP thread runs."""
+
 
 class KafkaProbe:
     """Is the Kafka cluster answering metadata requests? One admin client, reused per check."""
@@ -140,9 +145,11 @@ class HealthServer:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
+        liveness: LivenessProbe | None = None,
     ) -> None:
         self._registry = registry
         self._readiness = readiness
+        self._liveness = liveness
         self._host = host
         self._requested_port = port
         self._server: _Server | None = None
@@ -160,6 +167,7 @@ class HealthServer:
             ) from None
         server.registry = self._registry
         server.readiness = self._readiness
+        server.liveness = self._liveness
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -199,12 +207,17 @@ class HealthServer:
 
 
 def start_health_server(
-    settings: MetricsSettings, registry: CollectorRegistry, readiness: ReadinessProbe
+    settings: MetricsSettings,
+    registry: CollectorRegistry,
+    readiness: ReadinessProbe,
+    liveness: LivenessProbe | None = None,
 ) -> HealthServer | None:
     """Start the endpoints on ``settings.host:settings.port``; None when ``port`` is 0 (off)."""
     if settings.port == 0:
         return None
-    server = HealthServer(registry, readiness, host=settings.host, port=settings.port)
+    server = HealthServer(
+        registry, readiness, host=settings.host, port=settings.port, liveness=liveness
+    )
     server.start()
     return server
 
@@ -213,6 +226,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     registry: CollectorRegistry
     readiness: ReadinessProbe
+    liveness: LivenessProbe | None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -230,7 +244,10 @@ class _Handler(BaseHTTPRequestHandler):
             encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
             status, body = HTTPStatus.OK, encoder(self.server.registry)
         elif path == "/healthz":
-            status, body, content_type = HTTPStatus.OK, b'{"alive":true}', "application/json"
+            problem = self._liveness()
+            status = HTTPStatus.OK if problem is None else HTTPStatus.SERVICE_UNAVAILABLE
+            body = orjson.dumps({"alive": problem is None, "detail": problem or ""})
+            content_type = "application/json"
         elif path == "/readyz":
             readiness = self._readiness()
             status = HTTPStatus.OK if readiness.ready else HTTPStatus.SERVICE_UNAVAILABLE
@@ -252,6 +269,17 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception as error:
             logger.exception("readiness probe failed")
             return Readiness((ReadinessCheck("readiness", False, repr(error)),))
+
+    def _liveness(self) -> str | None:
+        probe = self.server.liveness
+        if probe is None:
+            return None
+        try:
+            return probe()
+        # A liveness callable that raises is a bug in it, not a dead process: stay alive.
+        except Exception:
+            logger.exception("liveness probe failed")
+            return None
 
     def log_message(self, format: str, *args: Any) -> None:
         # Probes and scrapes arrive every few seconds; keep them out of the default stderr log.

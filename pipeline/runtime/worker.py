@@ -104,6 +104,11 @@ while shutting down, when the rest of the shutdown bound is all there is."""
 # How long past its own timeout a transactional call may block before the producer is given up
 # as stuck (see ``_bounded``).
 STUCK_GRACE_S = 5.0
+LOOP_STALL_S = 360.0
+"""No loop iteration for this long means the loop is stuck (a hung native call, a wedged GPU):
+longer than any bounded path through one iteration (retries of 120 s, checkpoint reads of 30 s,
+transactional calls of 35 s), and past ``max.poll.interval.ms`` (300 s), after which the group
+has taken the partitions anyway. ``/healthz`` then fails and the pod is restarted."""
 CATCH_UP_MAX_S = 30.0
 """Longest catch-up (VAD-only steps) after an assignment; then decoding resumes regardless."""
 CATCH_UP_FIRST_FETCH_S = 1.0
@@ -124,6 +129,7 @@ class WorkerStatus:
     paused: bool = False
     thinning: bool = False
     running: bool = False
+    last_iteration_s: float = 0.0  # monotonic time the loop last finished an iteration
     commits: int = 0
     finals: int = 0
     dead_letters: int = 0
@@ -220,6 +226,7 @@ class AsrWorker:
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
         self._consumer = Consumer(consumer_config(kafka, self._worker, self.worker_id))
         self.status.model_loaded = True
+        self.status.last_iteration_s = time.monotonic()
         self.status.running = True
         self._event(EventType.MODEL_LOADED, detail=dict(self._model_facts))
         self._event(EventType.WORKER_STARTED, detail={"worker_id": self.worker_id})
@@ -271,6 +278,17 @@ class AsrWorker:
         self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
+        self.status.last_iteration_s = time.monotonic()
+
+    def stalled(self) -> str | None:
+        """Why the loop looks stuck (no iteration finished for ``LOOP_STALL_S``), or None;
+        thread-safe, for ``/healthz``. Before the loop runs (loading) it is not stuck."""
+        if not self.status.running:
+            return None
+        since_s = time.monotonic() - self.status.last_iteration_s
+        if since_s <= LOOP_STALL_S:
+            return None
+        return f"the worker loop finished no iteration for {since_s:.0f} s"
 
     def _catching_up(self) -> bool:
         """Still reading an assignment's backlog: its partitions are more than a poll batch

@@ -105,7 +105,17 @@ def test_healthz_is_200_while_alive(server: HealthServer, switch: Switch) -> Non
     switch.fail_with = RuntimeError("model exploded")
     status, _, body = _get(server.url + "/healthz")
     assert status == 200
-    assert orjson.loads(body) == {"alive": True}
+    assert orjson.loads(body) == {"alive": True, "detail": ""}
+
+
+def test_healthz_follows_the_liveness_callable(metrics: WorkerMetrics, switch: Switch) -> None:
+    stalled: list[str | None] = [None]
+    with HealthServer(metrics.registry, switch, liveness=lambda: stalled[0]) as running:
+        assert _get(running.url + "/healthz")[0] == 200
+        stalled[0] = "the worker loop finished no iteration for 400 s"
+        status, _, body = _get(running.url + "/healthz")
+    assert status == 503
+    assert orjson.loads(body) == {"alive": False, "detail": stalled[0]}
 
 
 def test_readyz_follows_the_readiness_callable(server: HealthServer, switch: Switch) -> None:

@@ -15,7 +15,7 @@ from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
 from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
 from pipeline.runtime.metrics import WorkerMetrics
-from pipeline.runtime.worker import AsrWorker
+from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
 from pipeline.settings import Settings, WorkerSettings
 from pipeline.worker.checkpoint import encode_key
 from pipeline.worker.progress import PartitionProgress
@@ -207,3 +207,14 @@ def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
     for _ in range(5):  # five loop iterations while thinning: the same three partials wait
         assert worker._thinning()
     assert registry.get_sample_value("asr_partials_thinned_total") == 3
+
+
+def test_a_loop_that_stops_iterating_is_reported_stalled(monkeypatch: Any) -> None:
+    worker, _ = _worker(ManualClock(1_000_000))
+    assert worker.stalled() is None  # not running yet: loading is not a stall
+    worker.status.running = True
+    worker.status.last_iteration_s = 1000.0
+    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1000.0 + LOOP_STALL_S)
+    assert worker.stalled() is None
+    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1001.0 + LOOP_STALL_S)
+    assert "no iteration for 361 s" in (worker.stalled() or "")
