@@ -292,7 +292,7 @@ DEPENDENCY_UP = MetricSpec(
     "streamscribe_dependency_up",
     MetricType.GAUGE,
     (LabelSpec("dependency", enum_values(Dependency)),),
-    "1 when the dependency answered its last probe, else 0.",
+    "1 when the dependency answered its last probe (or, for Kafka, the last commit), else 0.",
 )
 MODEL_INFO = MetricSpec(
     "streamscribe_model_info",

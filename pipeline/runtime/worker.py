@@ -648,6 +648,8 @@ class AsrWorker:
             return
         self._outbox.clear()
         self.status.commits += 1
+        # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
+        self._metrics.set_dependency_up("kafka", True)
         committed_ms = self._clock.now_ms()
         for final in self._finals_in_tx:
             if final.capture_ms is not None:
@@ -757,6 +759,8 @@ class AsrWorker:
             if kafka_error.fatal():
                 raise InfrastructureError(f"fatal Kafka transaction error: {kafka_error}") from None
             logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+            if kafka_error.code() in _UNREACHABLE:
+                self._metrics.set_dependency_up("kafka", False)
             producer = self._tx
             try:
                 _transactional(lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
@@ -969,9 +973,14 @@ class AsrWorker:
             ends: dict[int, int] = {}
             starts = []
             for partition in partitions:
-                low, high = reader.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
-                )
+                try:
+                    low, high = reader.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
+                    )
+                except KafkaException as error:
+                    raise InfrastructureError(
+                        f"cannot read the checkpoints of partition {partition}: {error}"
+                    ) from None
                 if high > low:
                     ends[partition] = high
                     starts.append(TopicPartition(topic, partition, low))
@@ -1004,6 +1013,12 @@ class AsrWorker:
         finally:
             reader.close()
         return {partition: list(found.values()) for partition, found in latest.items()}
+
+
+_UNREACHABLE = frozenset(
+    {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+)
+"""Error codes that mean the brokers cannot be reached (not a refusal)."""
 
 
 def _retrying(operation: Callable[[], object], deadline_s: float = RETRY_DEADLINE_S) -> None:
