@@ -226,5 +226,7 @@ class MonitorServer:
             return failed_scrape(url, at_ms, str(error) or type(error).__name__)
         try:
             return parse_worker_metrics(url, text, at_ms)
-        except ValueError as error:
-            return failed_scrape(url, at_ms, f"not Prometheus text: {error}")
+        # Malformed text (a histogram bucket without "le", say) is a failed scrape of that
+        # worker, never the end of the health loop.
+        except (ValueError, KeyError) as error:
+            return failed_scrape(url, at_ms, f"not Prometheus text: {error!r}")
