@@ -14,12 +14,16 @@
     # leaving the publisher: waits for every delivery report; PublishError if one failed
 
 Delivery is asynchronous; a failed delivery report is never dropped: it raises ``PublishError``
-from the next ``push``/``flush``/``end`` of any call, or from ``AudioPublisher.flush``/``close``.
+from the next ``push``/``flush``/``end`` of any call, or from ``AudioPublisher.flush``/``close``
+(``end`` first sends its end-of-stream records: a call always ends). A record the transport
+refuses at once is counted failed and raised after the rest of that push was sent (the worker
+sees a one-chunk gap).
 Neither class is thread-safe: one thread drives a publisher and its calls.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -52,6 +56,8 @@ __all__ = [
     "DeliveryCallback",
     "Transport",
 ]
+
+logger = logging.getLogger(__name__)
 
 MONO = ("mono",)
 STEREO = ("agent", "customer")
@@ -384,8 +390,7 @@ class CallStream:
         if capture_ms is None and not state.cutter.anchored:
             capture_ms = self._publisher.clock.now_ms()
         cuts = state.cutter.push(payload, capture_ms)
-        for cut in cuts:
-            self._emit(state, cut)
+        self._emit_each([(state, cut, {}) for cut in cuts])
         return len(cuts)
 
     def push_frames(self, frames: npt.NDArray[Any], capture_ms: int | None = None) -> int:
@@ -405,20 +410,40 @@ class CallStream:
         number of records sent."""
         self._publisher.check()
         states = [self._open_channel(channel)] if channel is not None else self._open_states()
-        for state in states:
-            self._emit(state, self._drain(state), flush=True)
+        self._emit_each([(state, self._drain(state), {"flush": True}) for state in states])
         return len(states)
 
     def end(self) -> int:
-        """Send each open channel's remainder flagged end-of-stream. Returns records sent;
-        ending an ended call sends nothing."""
-        self._publisher.check()
+        """Send each open channel's remainder flagged end-of-stream, then report failed
+        deliveries (``PublishError``, as ``check``). The call ends either way: every channel's
+        end-of-stream is sent first, so an earlier failure (of this call or another) never
+        leaves the workers waiting for an end that does not come. Returns records sent; ending
+        an ended call sends nothing."""
         states = self._open_states()
-        for state in states:
-            self._emit(state, self._drain(state), end_of_stream=True)
-            state.ended = True
-        self._publisher._ended(self.call_id)
+        try:
+            self._emit_each(
+                [(state, self._drain(state), {"end_of_stream": True}) for state in states]
+            )
+        finally:
+            for state in states:
+                state.ended = True
+            self._publisher._ended(self.call_id)
+        self._publisher.check()
         return len(states)
+
+    def _emit_each(self, cuts: list[tuple[_Channel, CutChunk, dict[str, bool]]]) -> None:
+        """Send every cut; one refused at once (``PublishError`` from the transport: too large,
+        a fatal producer error) is counted as failed, the others are still sent, and the first
+        refusal is raised after them. The lost chunk shows as a sequence gap to the worker."""
+        refused: PublishError | None = None
+        for state, cut, flags in cuts:
+            try:
+                self._emit(state, cut, **flags)
+            except PublishError as error:
+                self._failed += 1
+                refused = refused or error
+        if refused is not None:
+            raise refused
 
     def summary(self) -> CallSummary:
         return CallSummary(
@@ -448,7 +473,15 @@ class CallStream:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.end()
+        if exc is None:
+            self.end()
+            return
+        try:
+            self.end()
+        except PublishError as error:  # the body's own exception is the one to see
+            logger.warning(
+                "call %s ended after an error; delivery failed too: %s", self.call_id, error
+            )
 
     def _validate(self, label: str) -> None:
         """Check the call's constants against the contract itself: encode a probe record of

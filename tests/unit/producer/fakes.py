@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeline.contracts import AudioChunk, decode_chunk
+from pipeline.errors import PublishError
 from pipeline.producer.publisher import DeliveryCallback
 
 
@@ -21,6 +22,7 @@ class FakeTransport:
     """Records what is sent; delivery reports run on the next ``poll``/``flush``.
 
     ``fail(index)`` returns the error text for the index-th record sent, or None to deliver it;
+    ``refuse(index)`` makes the index-th ``send`` raise ``PublishError`` at once (not sent);
     ``stuck`` keeps reports from ever coming (``flush`` then reports every record unconfirmed).
     """
 
@@ -29,10 +31,13 @@ class FakeTransport:
         fail: Callable[[int], str | None] = lambda index: None,
         partition: int = 3,
         stuck: bool = False,
+        refuse: Callable[[int], bool] = lambda index: False,
     ) -> None:
         self.records: list[SentRecord] = []
         self.closed = False
+        self.sends = 0
         self._fail = fail
+        self._refuse = refuse
         self._partition = partition
         self._stuck = stuck
         self._pending: list[tuple[DeliveryCallback, str | None]] = []
@@ -45,6 +50,9 @@ class FakeTransport:
         headers: Sequence[tuple[str, bytes]],
         on_delivery: DeliveryCallback,
     ) -> None:
+        index, self.sends = self.sends, self.sends + 1
+        if self._refuse(index):
+            raise PublishError(f"send {index} refused: Broker: Message size too large")
         self._pending.append((on_delivery, self._fail(len(self.records))))
         self.records.append(SentRecord(topic, key, value, list(headers)))
 

@@ -164,7 +164,7 @@ def test_a_failed_delivery_raises_on_the_next_push_once() -> None:
 def test_a_failed_delivery_raises_from_flush_and_from_the_context_manager() -> None:
     transport = FakeTransport(fail=lambda index: "Local: Message timed out")
     publisher = _publisher(transport)
-    publisher.open_call("c8").end()
+    publisher.open_call("c8").push("mono", _tone(320))  # one 20 ms chunk at 16 kHz
     with pytest.raises(PublishError, match="1 record"):
         publisher.flush()
 
@@ -199,3 +199,30 @@ def test_summary_counts_records_audio_and_bytes_per_channel() -> None:
     assert (customer.records, customer.audio_ms, customer.payload_bytes) == (26, 500.0, 8000)
     assert summary.records == 77
     assert summary.delivered_records == 77
+
+
+def test_leaving_a_call_ends_every_channel_even_after_a_failed_delivery() -> None:
+    transport = FakeTransport(fail=lambda index: "Broker: boom" if index == 1 else None)
+    publisher = _publisher(transport)
+    call = publisher.open_call("call-b", channels=("agent", "customer"))
+    call.push("agent", _tone(500))  # record 0, and a remainder
+    call.push("customer", _tone(50))  # a remainder only
+    publisher.open_call("call-a").push("mono", _tone(320))  # record 1: its delivery fails
+    publisher.transport.poll(0)  # the failure is reported meanwhile
+    with pytest.raises(PublishError, match="call-a"):
+        call.__exit__(None, None, None)  # leaving the with block
+    ended = [(c.call_id, c.channel) for c in transport.chunks() if c.end_of_stream]
+    assert ended == [("call-b", "agent"), ("call-b", "customer")]
+    publisher.open_call("call-b")  # not "already open": the call ended
+
+
+def test_a_record_refused_at_once_is_counted_and_the_rest_of_the_push_is_sent() -> None:
+    transport = FakeTransport(refuse=lambda index: index == 1)
+    publisher = _publisher(transport)
+    call = publisher.open_call("c12", sample_rate_hz=8000)
+    with pytest.raises(PublishError, match="refused"):
+        call.push("mono", _tone(4 * 160))
+    assert [c.seq for c in transport.chunks()] == [0, 2, 3]  # the worker sees a 1-chunk gap
+    assert call.summary().failed_records == 1
+    call.end()
+    assert [c.seq for c in transport.chunks()][-1] == 4
