@@ -264,13 +264,26 @@ def _evidence(
     )
 
 
+MONO_CHANNEL = "mono"
+"""The channel of a one-channel call (the producer SDK's default): every speaker is on it."""
+
+
+def _rule_channel(rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]]) -> str | None:
+    """The channel ``rule`` reads: its own, or, on a one-channel call, the mono channel (the
+    agent's words are there too: a mono call would otherwise fail every agent rule)."""
+    if rule.channel is not None and MONO_CHANNEL in tokens_by_channel:
+        return MONO_CHANNEL
+    return rule.channel
+
+
 def _all_matches(
     rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]], options: MatchOptions
 ) -> list[Evidence]:
     """Every match of every phrase of ``rule`` in the channels it applies to, by time."""
     found: list[Evidence] = []
+    wanted = _rule_channel(rule, tokens_by_channel)
     for channel, tokens in sorted(tokens_by_channel.items()):
-        if rule.channel is not None and channel != rule.channel:
+        if wanted is not None and channel != wanted:
             continue
         for phrase in rule.phrases:
             for match in find_phrase(phrase, tokens, options):
@@ -298,7 +311,8 @@ def evaluate_rule(
     first occurrence, or fails with its first (late) occurrence when said after the deadline.
     """
     matches = _all_matches(rule, tokens_by_channel, options)
-    who = f"{rule.channel} channel" if rule.channel else "any channel"
+    wanted = _rule_channel(rule, tokens_by_channel)
+    who = f"{wanted} channel" if wanted else "any channel"
 
     def result(outcome: Outcome, detail: str, evidence: Sequence[Evidence] = ()) -> RuleResult:
         return RuleResult(

@@ -93,6 +93,18 @@ def test_required_phrase_by_the_wrong_channel_does_not_count() -> None:
     assert evaluate(DISCLOSURE, [customer]).outcome is Outcome.FAIL
 
 
+def test_agent_rules_read_the_one_channel_of_a_mono_call() -> None:
+    said = final("mono", 0, "hello this call may be recorded for quality", 1000)
+    dismissed = final("mono", 1, "well that's not my problem", 8000)
+    disclosure = evaluate(DISCLOSURE, [said, dismissed])
+    assert disclosure.outcome is Outcome.PASS
+    assert disclosure.evidence[0].channel == "mono"
+    forbidden = evaluate(FORBIDDEN, [said, dismissed])
+    assert forbidden.outcome is Outcome.FAIL
+    assert [e.utterance_id for e in forbidden.evidence] == ["call-1:mono:1"]
+    assert evaluate(DISCLOSURE, [dismissed]).detail == "not said on the mono channel within 30.0 s"
+
+
 def test_required_phrase_split_across_two_finals_is_found() -> None:
     first = final("agent", 0, "hello this call", 500)
     second = final("agent", 1, "may be recorded", 3000)
