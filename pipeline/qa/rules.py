@@ -306,13 +306,18 @@ def evaluate_rule(
     """The outcome of ``rule`` given the call's words so far.
 
     ``heard_until_ms`` is how far the call's transcript reaches (audio time); while the call is
-    live a required phrase that is still missing is ``pending`` until that passes its deadline.
+    live a required phrase that is still missing is ``pending`` until that passes its deadline,
+    and, for a rule of one channel, until that channel's own words do (the other side talking
+    past the deadline says nothing about an utterance of this channel still being decoded).
     A forbidden phrase fails with every occurrence as evidence; a required phrase passes with its
     first occurrence, or fails with its first (late) occurrence when said after the deadline.
     """
     matches = _all_matches(rule, tokens_by_channel, options)
     wanted = _rule_channel(rule, tokens_by_channel)
     who = f"{wanted} channel" if wanted else "any channel"
+    if wanted is not None:
+        own = max((token.end_ms for token in tokens_by_channel.get(wanted, ())), default=0)
+        heard_until_ms = min(heard_until_ms, own)
 
     def result(outcome: Outcome, detail: str, evidence: Sequence[Evidence] = ()) -> RuleResult:
         return RuleResult(

@@ -83,9 +83,13 @@ def test_required_phrase_is_pending_while_live_before_the_deadline() -> None:
     assert evaluate(DISCLOSURE, finals, ended=False, heard_until_ms=10_000).outcome is (
         Outcome.PENDING
     )
+    # The customer talked past the deadline, the agent's own words did not reach it: an
+    # agent utterance still being decoded could hold the phrase.
     assert evaluate(DISCLOSURE, finals, ended=False, heard_until_ms=30_001).outcome is (
-        Outcome.FAIL
+        Outcome.PENDING
     )
+    late = [*finals, final("agent", 1, "anything else today", 29_000)]
+    assert evaluate(DISCLOSURE, late, ended=False, heard_until_ms=31_000).outcome is (Outcome.FAIL)
 
 
 def test_required_phrase_by_the_wrong_channel_does_not_count() -> None:
