@@ -110,6 +110,41 @@ class _ReadCommittedConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
         consumer._isolation_level = "read_committed"
         return consumer
 
+    async def seek_to_committed(self) -> Mapping[faust.types.TP, int]:
+        result: Mapping[faust.types.TP, int] = await self.call_thread(
+            self._seek_to_committed_or_beginning
+        )
+        return result
+
+    async def _seek_to_committed_or_beginning(self) -> Mapping[Any, int]:
+        """Seek every input partition to its committed offset, or to its beginning without one.
+
+        faust rewinds to the committed offsets (``perform_seek``) after table recovery, and
+        when it dropped a fetched batch, so that what no agent processed is fetched again. It
+        does drop batches: a fetch that starts during table recovery and ends after recovery
+        paused the changelog partitions (while the table callbacks run, before the stream
+        partitions are resumed) sees an empty set of active partitions, which aiokafka reads
+        as "all": it hands over every stream partition's backlog and faust discards it. But
+        aiokafka's ``seek_to_committed`` leaves a partition without a committed offset (or at
+        offset 0) where it is: after a restart before the app's first commit, a forwarder then
+        began at the end of that backlog and the finals in it were never forwarded. Such a
+        partition goes back to its beginning (``consumer_auto_offset_reset="earliest"``), as
+        the first start of the group did; changelog partitions are left to table recovery.
+        """
+        consumer = self._ensure_consumer()
+        committed: Mapping[Any, int] = await consumer.seek_to_committed()
+        assigned = consumer.assignment()
+        parent = self.consumer
+        rewind = [
+            tp
+            for tp, offset in committed.items()
+            if not offset and tp in assigned and not parent._is_changelog_tp(tp)
+        ]
+        if rewind:
+            logger.debug("no committed offset: seek to the beginning of %s", rewind)
+            await consumer.seek_to_beginning(*rewind)
+        return committed
+
 
 class _ReadCommittedConsumer(aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> aiokafka_driver.AIOKafkaConsumerThread:

@@ -9,6 +9,10 @@ Two faust-streaming 0.15.3 behaviours, each of which lost a final right after a 
 - ``Consumer._add_gap`` counted the record just fetched as part of the offset gap before it (a
   gap counts as acknowledged when offsets are committed), so a commit could pass it while it
   was still in flight. ``_ReadCommittedConsumer._add_gap`` ends the gap before that record.
+- ``perform_seek`` (faust's rewind after table recovery, and after it dropped a fetched batch)
+  left a partition without a committed offset where it was: after a restart before the first
+  commit, a batch dropped at the end of table recovery was never fetched again.
+  ``_ReadCommittedConsumerThread`` seeks such a partition to its beginning.
 
 The whole path (a SIGKILL, a restart with finals arriving meanwhile) runs against the broker in
 tests/integration/test_qa_pipeline.py.
@@ -123,3 +127,59 @@ def test_markers_between_processed_records_still_commit() -> None:
         asyncio.run(consumer._add_gap(TOPIC_PARTITION, previous + 1, offset))
     consumer._acked[TOPIC_PARTITION] = [2, 4, 6]
     assert _commit_all(consumer) == 7
+
+
+class _FakeAiokafkaConsumer:
+    """The aiokafka consumer calls ``_seek_to_committed_or_beginning`` makes."""
+
+    def __init__(self, committed: dict[TP, int | None], assigned: set[TP]) -> None:
+        self.committed = committed
+        self.assigned = assigned
+        self.to_beginning: list[TP] = []
+
+    async def seek_to_committed(self) -> dict[TP, int | None]:
+        return dict(self.committed)  # aiokafka seeks only to offsets > 0
+
+    def assignment(self) -> set[TP]:
+        return self.assigned
+
+    async def seek_to_beginning(self, *partitions: TP) -> bool:
+        self.to_beginning.extend(partitions)
+        return True
+
+
+class _FakeParent:
+    def _is_changelog_tp(self, tp: TP) -> bool:
+        return tp.topic.endswith("-changelog")
+
+
+def test_a_partition_without_a_committed_offset_is_fetched_again_from_its_beginning() -> None:
+    # A restart before the first commit: faust dropped a batch fetched while the stream
+    # partitions were paused (table recovery), and rewinds to the committed offsets. A partition
+    # without one must go back to its beginning, not stay at the end of the dropped batch.
+    never = TP("asr.finals", 4)
+    at_zero = TP("asr.finals", 5)
+    committed = TP("asr.finals", 6)
+    changelog = TP("qa-calls-changelog", 0)
+    revoked = TP("asr.events", 1)
+    fake = _FakeAiokafkaConsumer(
+        {never: None, at_zero: 0, committed: 53, changelog: None, revoked: None},
+        {never, at_zero, committed, changelog},
+    )
+    thread: Any = object.__new__(qa_app._ReadCommittedConsumerThread)
+    thread._consumer = fake
+    thread.consumer = _FakeParent()
+
+    result = asyncio.run(thread._seek_to_committed_or_beginning())
+
+    assert sorted(fake.to_beginning) == [never, at_zero]
+    assert result == fake.committed  # faust's read offsets follow the committed ones
+
+
+def test_nothing_to_rewind_when_every_partition_has_a_commit() -> None:
+    fake = _FakeAiokafkaConsumer({TOPIC_PARTITION: 12}, {TOPIC_PARTITION})
+    thread: Any = object.__new__(qa_app._ReadCommittedConsumerThread)
+    thread._consumer = fake
+    thread.consumer = _FakeParent()
+    asyncio.run(thread._seek_to_committed_or_beginning())
+    assert fake.to_beginning == []
