@@ -9,6 +9,7 @@ import numpy as np
 import numpy.typing as npt
 import soundfile
 
+from pipeline.contracts.audio_chunk import MONO_CHANNEL
 from pipeline.errors import ConfigError
 
 __all__ = ["STEREO_LABELS", "CallAudio", "read_call_audio"]
@@ -45,7 +46,7 @@ def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
     except (OSError, RuntimeError, soundfile.LibsndfileError) as error:
         raise ConfigError(f"cannot read audio file {source}: {error}") from None
     if data.shape[1] == 1:
-        channels = {"mono": np.ascontiguousarray(data[:, 0])}
+        channels = {MONO_CHANNEL: np.ascontiguousarray(data[:, 0])}
     elif data.shape[1] == 2:
         channels = {
             label: np.ascontiguousarray(data[:, index]) for index, label in enumerate(STEREO_LABELS)

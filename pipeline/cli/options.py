@@ -55,7 +55,9 @@ def add_env_option(
     if env in os.environ:
         default = _from_env(env, os.environ[env], kwargs)
     shown = f" (env {env}" + (
-        f"; default {default!r})" if default not in (None, False) and not _invalid(default) else ")"
+        f"; default {default!r})"
+        if default not in (None, False) and not isinstance(default, InvalidEnv)
+        else ")"
     )
     parser.add_argument(*flags, default=default, help=help + shown, **kwargs)
 
@@ -82,10 +84,6 @@ def _from_env(env: str, raw: str, kwargs: dict[str, Any]) -> Any:
     if choices is not None and value not in choices:
         return InvalidEnv(env, raw, f"choose from {', '.join(map(str, choices))}")
     return value
-
-
-def _invalid(value: Any) -> bool:
-    return isinstance(value, InvalidEnv)
 
 
 def invalid_env(args: argparse.Namespace) -> InvalidEnv | None:

@@ -31,6 +31,7 @@ from pipeline.errors import ChunkRejectedError
 __all__ = [
     "CONTRACT_VERSION",
     "MAX_CALL_ID_BYTES",
+    "MONO_CHANNEL",
     "SUPPORTED_SAMPLE_RATES_HZ",
     "AudioChunk",
     "Encoding",
@@ -42,6 +43,8 @@ __all__ = [
 
 CONTRACT_VERSION = 1
 MAX_CALL_ID_BYTES = 128
+MONO_CHANNEL = "mono"
+"""The channel label of a one-channel call (all speakers on it): the producer SDK's default."""
 SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
 DEFAULT_MAX_PAYLOAD_BYTES = 65536
 MAX_CHANNEL_LABEL_BYTES = 32

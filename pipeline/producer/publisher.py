@@ -33,6 +33,7 @@ import numpy.typing as npt
 
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts import AudioChunk, Encoding, decode_chunk, encode_chunk
+from pipeline.contracts.audio_chunk import MONO_CHANNEL
 from pipeline.errors import ChunkRejectedError, ConfigError, ContractError, PublishError
 from pipeline.producer.chunking import (
     AudioInput,
@@ -59,7 +60,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-MONO = ("mono",)
+MONO = (MONO_CHANNEL,)
 STEREO = ("agent", "customer")
 FLUSH_MARGIN_S = 5.0
 """``flush`` waits this much longer than the delivery timeout, by which every record has

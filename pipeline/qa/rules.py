@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pipeline.contracts.audio_chunk import MONO_CHANNEL
 from pipeline.errors import ConfigError
 from pipeline.qa.matching import MatchOptions, Token, find_phrase, normalize_words
 
@@ -264,10 +265,6 @@ def _evidence(
     )
 
 
-MONO_CHANNEL = "mono"
-"""The channel of a one-channel call (the producer SDK's default): every speaker is on it."""
-
-
 def _rule_channel(rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]]) -> str | None:
     """The channel ``rule`` reads: its own, or, on a one-channel call, the mono channel (the
     agent's words are there too: a mono call would otherwise fail every agent rule)."""
@@ -277,11 +274,13 @@ def _rule_channel(rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]]) 
 
 
 def _all_matches(
-    rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]], options: MatchOptions
+    rule: Rule,
+    wanted: str | None,
+    tokens_by_channel: Mapping[str, Sequence[Token]],
+    options: MatchOptions,
 ) -> list[Evidence]:
-    """Every match of every phrase of ``rule`` in the channels it applies to, by time."""
+    """Every match of every phrase of ``rule`` in channel ``wanted`` (any when None), by time."""
     found: list[Evidence] = []
-    wanted = _rule_channel(rule, tokens_by_channel)
     for channel, tokens in sorted(tokens_by_channel.items()):
         if wanted is not None and channel != wanted:
             continue
@@ -312,8 +311,8 @@ def evaluate_rule(
     A forbidden phrase fails with every occurrence as evidence; a required phrase passes with its
     first occurrence, or fails with its first (late) occurrence when said after the deadline.
     """
-    matches = _all_matches(rule, tokens_by_channel, options)
     wanted = _rule_channel(rule, tokens_by_channel)
+    matches = _all_matches(rule, wanted, tokens_by_channel, options)
     who = f"{wanted} channel" if wanted else "any channel"
     if wanted is not None:
         own = max((token.end_ms for token in tokens_by_channel.get(wanted, ())), default=0)

@@ -743,9 +743,6 @@ class AsrWorker:
             if now_ms - ended_ms < retention_ms:
                 break
             del self._ended[key]
-            state = self._admission.state(key)
-            if state is not None and not state.ended:
-                continue  # not ended any more (cannot happen: ended sessions refuse chunks)
             self._admission.forget(key)
             if partition in self._partitions:
                 self._stage(topic, key=encode_key(key), value=None, partition=partition)
