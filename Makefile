@@ -50,7 +50,7 @@ redis-down:  ## stop the local Redis
 	@bash deploy/local/redis.sh down
 
 infra-up: kafka-up redis-up  ## Kafka + Redis
-infra-down: kafka-down redis-down
+infra-down: kafka-down redis-down  ## stop the local Kafka and Redis
 
 topics: kafka-up  ## create / align the topics declared in topics/topics.toml
 	@$(VENV)/bin/streamscribe topics apply

@@ -93,7 +93,8 @@ class RedisSettings:
 
 @dataclass(frozen=True, slots=True)
 class AsrSettings:
-    """The recognizer and its streaming policy (per process; tenants share the model)."""
+    """The recognizer and its streaming policy (per process; tenants share the model, and may
+    have their own endpoint rules)."""
 
     model_dir: str = setting(
         "", "MODEL_DIR", "CTranslate2 Whisper directory; empty = bundled tiny.en"
@@ -119,6 +120,12 @@ class AsrSettings:
         800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance"
     )
     max_utterance_ms: int = setting(20000, "MAX_UTTERANCE_MS", "longest utterance before a cut")
+    tenant_endpoints: str = setting(
+        "",
+        "TENANT_ENDPOINTS",
+        "per-tenant endpoint rules `tenant:silence_ms[:max_utterance_ms],…`; "
+        "other tenants use the two above",
+    )
     partials: bool = setting(True, "PARTIALS", "publish partial transcripts")
     denoise: bool = setting(
         False, "DENOISE", "RNNoise before VAD (extra `denoise`; helps noisy lines, not clean ones)"

@@ -22,6 +22,11 @@ Contracts:
   exactly one closed or still open utterance.
 * An utterance whose span is shorter than ``min_utterance_ms`` still closes (so the tiling holds)
   but its decision has ``discarded=True``: a blip, for which no final is published.
+* A decision says which of its edges the labeller drew: ``start_is_onset`` when labelled
+  non-speech precedes its start (not a max-length cut, not speech going on after a forced final,
+  not the stream's first sample), ``end_is_offset`` when labelled non-speech follows its end (a
+  silence endpoint, or an end of stream or force after some silence). Only such edges carry the
+  labeller's pads, so only they locate where speech began or ended.
 """
 
 from __future__ import annotations
@@ -112,7 +117,8 @@ class EndpointDecision:
     ``[start_samples, end_samples)`` is its speech span; ``decided_at_samples`` is the input
     position at which the rule fired (``decided_at_samples - end_samples`` is the endpoint's
     own latency in audio; a labeller such as the speech gate adds its lag on top).
-    ``discarded`` marks a blip shorter than ``min_utterance_ms``.
+    ``discarded`` marks a blip shorter than ``min_utterance_ms``. ``start_is_onset`` and
+    ``end_is_offset`` say whether each edge is one the labeller drew (see the module contracts).
     """
 
     reason: EndpointReason
@@ -120,6 +126,8 @@ class EndpointDecision:
     end_samples: int
     decided_at_samples: int
     discarded: bool
+    start_is_onset: bool
+    end_is_offset: bool
 
     @property
     def duration_samples(self) -> int:
@@ -144,6 +152,8 @@ class EndpointDetector:
         "_cut_at_samples",
         "_last_speech_end_samples",
         "_position_samples",
+        "_speech_run_end_samples",
+        "_start_is_onset",
         "_utterance_start_samples",
     )
 
@@ -156,6 +166,11 @@ class EndpointDetector:
         # of real speech. (Not in snapshots: a session is never quiescent between the two.)
         self._cut_at_samples: int | None = None
         self._continues_cut = False
+        # Where the latest run of speech pushed ended: an utterance starting there continues
+        # speech (after a cut or a forced final) rather than starting at an onset. (Not in
+        # snapshots either: a session is quiescent only outside speech.)
+        self._speech_run_end_samples: int | None = None
+        self._start_is_onset = False
 
     @classmethod
     def from_snapshot(cls, config: EndpointConfig, snapshot: EndpointSnapshot) -> EndpointDetector:
@@ -166,6 +181,7 @@ class EndpointDetector:
         detector._position_samples = snapshot.position_samples
         detector._utterance_start_samples = snapshot.utterance_start_samples
         detector._last_speech_end_samples = snapshot.last_speech_end_samples
+        detector._start_is_onset = (snapshot.utterance_start_samples or 0) > 0
         return detector
 
     @property
@@ -230,17 +246,18 @@ class EndpointDetector:
             if start is not None and start + max_samples <= self._position_samples:
                 # A pause shorter than the silence rule carried the utterance past its maximum:
                 # more speech cannot join it, so it ends at its last speech sample.
-                decisions.append(self._close(EndpointReason.MAX_LENGTH))
+                decisions.append(self._close(EndpointReason.MAX_LENGTH, end_is_offset=True))
                 start = None
             if start is None:
                 start = self._utterance_start_samples = self._position_samples
                 self._continues_cut = self._cut_at_samples == start
+                self._start_is_onset = start > 0 and start != self._speech_run_end_samples
             taken = min(remaining, start + max_samples - self._position_samples)
             self._position_samples += taken
-            self._last_speech_end_samples = self._position_samples
+            self._last_speech_end_samples = self._speech_run_end_samples = self._position_samples
             remaining -= taken
             if self._position_samples - start >= max_samples:
-                decisions.append(self._close(EndpointReason.MAX_LENGTH))
+                decisions.append(self._close(EndpointReason.MAX_LENGTH, end_is_offset=False))
                 self._cut_at_samples = self._position_samples
         return tuple(decisions)
 
@@ -251,17 +268,20 @@ class EndpointDetector:
             fires_at = self._last_speech_end_samples + self._config.silence_rule_samples
             if end_position >= fires_at:
                 decided_at = max(fires_at, self._position_samples)
-                decision = self._close(EndpointReason.SILENCE, decided_at)
+                decision = self._close(
+                    EndpointReason.SILENCE, end_is_offset=True, decided_at=decided_at
+                )
         self._position_samples = end_position
         return () if decision is None else (decision,)
 
     def _close_if_open(self, reason: EndpointReason) -> EndpointDecision | None:
         if self._utterance_start_samples is None:
             return None
-        return self._close(reason)
+        ended_in_silence = self._position_samples != self._last_speech_end_samples
+        return self._close(reason, end_is_offset=ended_in_silence)
 
     def _close(
-        self, reason: EndpointReason, decided_at_samples: int | None = None
+        self, reason: EndpointReason, *, end_is_offset: bool, decided_at: int | None = None
     ) -> EndpointDecision:
         start = self._utterance_start_samples
         end = self._last_speech_end_samples
@@ -275,8 +295,8 @@ class EndpointDetector:
             reason=reason,
             start_samples=start,
             end_samples=end,
-            decided_at_samples=(
-                self._position_samples if decided_at_samples is None else decided_at_samples
-            ),
+            decided_at_samples=self._position_samples if decided_at is None else decided_at,
             discarded=end - start < self._config.min_utterance_samples and not continues_cut,
+            start_is_onset=self._start_is_onset,
+            end_is_offset=end_is_offset,
         )

@@ -24,7 +24,7 @@ Time comes from the audio (sample counts) and from the injected ``Clock`` for ``
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -92,6 +92,9 @@ class EngineConfig:
     endpoint: EndpointConfig = field(
         default_factory=lambda: EndpointConfig(speech_pad_ms=SpeechGateConfig().speech_pad_ms)
     )
+    tenant_endpoints: Mapping[str, EndpointConfig] = field(default_factory=dict)
+    """Endpoint rules of tenants that do not use ``endpoint`` (a session keeps the rules of the
+    tenant its first chunk named)."""
     guards: GuardConfig = field(default_factory=GuardConfig)
     emit_partials: bool = True
     denoise: bool = False
@@ -123,11 +126,16 @@ class EngineConfig:
         if self.early_final_ms is not None and self.early_final_ms <= 0:
             raise ConfigError(f"early_final_ms must be > 0 or None, got {self.early_final_ms}")
         # The gate widens speech by its pad; the endpoint must know it to measure real silence.
-        if self.endpoint.speech_pad_ms != self.gate.speech_pad_ms:
-            raise ConfigError(
-                f"endpoint.speech_pad_ms ({self.endpoint.speech_pad_ms}) must equal "
-                f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
-            )
+        for name, endpoint in [("endpoint", self.endpoint), *self.tenant_endpoints.items()]:
+            if endpoint.speech_pad_ms != self.gate.speech_pad_ms:
+                raise ConfigError(
+                    f"{name}: endpoint speech_pad_ms ({endpoint.speech_pad_ms}) must equal "
+                    f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
+                )
+
+    def endpoint_for(self, tenant: str) -> EndpointConfig:
+        """The endpoint rules of ``tenant``: its own, else ``endpoint``."""
+        return self.tenant_endpoints.get(tenant, self.endpoint)
 
 
 STARVED_HOPS = 8
@@ -231,7 +239,7 @@ class StreamingEngine:
                 tenant,
                 self._vad.new_state(),
                 self._config.gate,
-                self._config.endpoint,
+                self._config.endpoint_for(tenant),
                 self._vad.frame_samples,
                 denoise=self._config.denoise,
             )
@@ -581,14 +589,17 @@ class StreamingEngine:
             for w in result.words
             if w.text.strip()
         )
-        if job.reason in (EndpointReason.SILENCE, EndpointReason.END_OF_STREAM):
-            # The span ends where the VAD heard silence: its edges beat Whisper's there.
-            pad_ms = self._config.gate.speech_pad_ms
-            words = snap_word_edges(
-                words,
-                speech_start_ms=start_ms + pad_ms,
-                speech_end_ms=max(start_ms, end_ms - pad_ms - self._config.vad_end_lag_ms),
-            )
+        # Where the VAD heard speech begin or end, its edges beat Whisper's (word_edges).
+        pad_ms = self._config.gate.speech_pad_ms
+        words = snap_word_edges(
+            words,
+            speech_start_ms=start_ms + pad_ms if job.start_is_onset else None,
+            speech_end_ms=(
+                max(start_ms, end_ms - pad_ms - self._config.vad_end_lag_ms)
+                if job.end_is_offset
+                else None
+            ),
+        )
         emit_ms = self._clock.now_ms()
         capture_ms = session.capture_ms_at(job.decided_at_samples)
         session.stats.utterances += 1

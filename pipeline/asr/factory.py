@@ -16,9 +16,17 @@ from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.audio.denoise import rnnoise_library_path
 from pipeline.clock import Clock
+from pipeline.contracts.audio_chunk import LABEL_PATTERN, MAX_TENANT_BYTES
+from pipeline.errors import ConfigError
 from pipeline.settings import AsrSettings
 
-__all__ = ["LoadedEngine", "build_engine", "engine_config", "resolve_device"]
+__all__ = [
+    "LoadedEngine",
+    "build_engine",
+    "engine_config",
+    "parse_tenant_endpoints",
+    "resolve_device",
+]
 
 
 def resolve_device(device: str) -> str:
@@ -26,6 +34,41 @@ def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     return device
+
+
+TENANT_ENDPOINTS_ENV = "STREAMSCRIBE_TENANT_ENDPOINTS"
+
+
+def parse_tenant_endpoints(text: str) -> dict[str, tuple[int, int | None]]:
+    """``"acme:1200,globex:600:15000"`` → ``{"acme": (1200, None), "globex": (600, 15000)}``:
+    per tenant, the trailing silence that ends an utterance and optionally the longest utterance
+    (ms). Empty text gives no overrides.
+
+    Raises:
+        ConfigError: an entry that is not ``tenant:silence_ms[:max_utterance_ms]`` with a valid
+            tenant label and positive integers, or a tenant named twice.
+    """
+    rules: dict[str, tuple[int, int | None]] = {}
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        fields = entry.split(":")
+        tenant = fields[0].strip()
+        numbers = [field.strip() for field in fields[1:]]
+        if (
+            not 1 <= len(numbers) <= 2
+            or not all(n.isascii() and n.isdigit() and int(n) > 0 for n in numbers)
+            or len(tenant) > MAX_TENANT_BYTES
+            or not LABEL_PATTERN.fullmatch(tenant)
+        ):
+            raise ConfigError(
+                f"{TENANT_ENDPOINTS_ENV}: {entry!r} is not tenant:silence_ms[:max_utterance_ms] "
+                "(a tenant label of [A-Za-z0-9._-], positive integers)"
+            )
+        if tenant in rules:
+            raise ConfigError(f"{TENANT_ENDPOINTS_ENV}: tenant {tenant!r} is named twice")
+        rules[tenant] = (int(numbers[0]), int(numbers[1]) if len(numbers) == 2 else None)
+    return rules
 
 
 def engine_config(settings: AsrSettings) -> EngineConfig:
@@ -40,6 +83,16 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
         max_utterance_ms=settings.max_utterance_ms,
         speech_pad_ms=gate.speech_pad_ms,
     )
+    tenant_endpoints = {}
+    for tenant, (silence_ms, max_ms) in parse_tenant_endpoints(settings.tenant_endpoints).items():
+        try:
+            tenant_endpoints[tenant] = EndpointConfig(
+                trailing_silence_ms=silence_ms,
+                max_utterance_ms=settings.max_utterance_ms if max_ms is None else max_ms,
+                speech_pad_ms=gate.speech_pad_ms,
+            )
+        except ConfigError as error:
+            raise ConfigError(f"{TENANT_ENDPOINTS_ENV}: tenant {tenant!r}: {error}") from None
     return EngineConfig(
         hop_ms=settings.hop_ms,
         min_decode_ms=settings.min_decode_ms,
@@ -48,6 +101,7 @@ def engine_config(settings: AsrSettings) -> EngineConfig:
         early_final_ms=settings.early_final_ms or None,
         gate=gate,
         endpoint=endpoint,
+        tenant_endpoints=tenant_endpoints,
         emit_partials=settings.partials,
         denoise=settings.denoise,
     )
@@ -74,6 +128,7 @@ def build_engine(
     ``biases`` builds the hotword source from the model's tokenizer (the worker's Redis-backed
     ``HotwordRegistry``); None decodes without biasing.
     """
+    config = engine_config(settings)  # a bad setting fails here, before the model loads
     device = resolve_device(settings.device)
     if settings.denoise:
         rnnoise_library_path()  # fail at start-up, not at the first chunk
@@ -91,6 +146,6 @@ def build_engine(
     )
     tokenizer = recognizer.model.tokenizer
     source = biases(tokenizer) if biases is not None else None
-    engine = StreamingEngine(recognizer, vad, engine_config(settings), clock, source)
+    engine = StreamingEngine(recognizer, vad, config, clock, source)
     dtype = str(recognizer.model.dtype).removeprefix("torch.")
     return LoadedEngine(engine, recognizer.model_id, device, dtype, tokenizer)

@@ -50,13 +50,19 @@ class SessionKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class FinalJob:
-    """An utterance whose endpoint was decided and whose final is still to be decoded."""
+    """An utterance whose endpoint was decided and whose final is still to be decoded.
+
+    ``start_is_onset`` / ``end_is_offset``: whether that edge is where the VAD heard speech
+    begin / end (``EndpointDecision``), so that word timings may be snapped to it.
+    """
 
     utterance_index: int
     start_samples: int
     end_samples: int
     decided_at_samples: int
     reason: EndpointReason
+    start_is_onset: bool
+    end_is_offset: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +363,9 @@ class Session:
                     # by the gate's pad): the audio that had to arrive for this final.
                     max(decision.decided_at_samples, self.gate.position_samples),
                     decision.reason,
+                    decision.start_is_onset,
+                    # Cut at the end-of-stream padding: where the audio stopped, not speech.
+                    decision.end_is_offset and end_samples == decision.end_samples,
                 )
             )
 

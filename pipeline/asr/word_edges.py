@@ -29,22 +29,24 @@ VAD_END_LAG_MS = 66
 
 
 def snap_word_edges(
-    words: Sequence[Word], speech_start_ms: int, speech_end_ms: int
+    words: Sequence[Word], speech_start_ms: int | None, speech_end_ms: int | None
 ) -> tuple[Word, ...]:
     """``words`` with the first start no earlier than ``speech_start_ms`` and the last end
     at ``speech_end_ms`` (the VAD's speech span, pads and end lag removed).
 
-    An edge moves only where the result stays a word: the first start never passes the first
-    word's end, and the last end is moved only when ``speech_end_ms`` lies after the last word's
-    start. Empty input gives an empty tuple.
+    ``None`` leaves that edge as Whisper put it: the utterance edge there is not one the VAD
+    heard (a max-length cut, a forced final in speech, the end of the stream in speech, the
+    first samples of the stream). An edge moves only where the result stays a word: the first
+    start never passes the first word's end, and the last end is moved only when
+    ``speech_end_ms`` lies after the last word's start. Empty input gives an empty tuple.
     """
     if not words:
         return ()
     snapped = list(words)
     first = snapped[0]
-    if speech_start_ms > first.start_ms:
+    if speech_start_ms is not None and speech_start_ms > first.start_ms:
         snapped[0] = dataclasses.replace(first, start_ms=min(speech_start_ms, first.end_ms))
     last = snapped[-1]
-    if speech_end_ms > last.start_ms:
+    if speech_end_ms is not None and speech_end_ms > last.start_ms:
         snapped[-1] = dataclasses.replace(last, end_ms=speech_end_ms)
     return tuple(snapped)

@@ -9,13 +9,10 @@ import numpy as np
 import numpy.typing as npt
 import soundfile
 
-from pipeline.contracts.audio_chunk import MONO_CHANNEL
+from pipeline.contracts.audio_chunk import MONO_CHANNEL, STEREO_CHANNELS
 from pipeline.errors import ConfigError
 
-__all__ = ["STEREO_LABELS", "CallAudio", "read_call_audio"]
-
-STEREO_LABELS = ("agent", "customer")
-"""Channel labels of a stereo call file: left = agent, right = customer."""
+__all__ = ["CallAudio", "read_call_audio"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +46,8 @@ def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
         channels = {MONO_CHANNEL: np.ascontiguousarray(data[:, 0])}
     elif data.shape[1] == 2:
         channels = {
-            label: np.ascontiguousarray(data[:, index]) for index, label in enumerate(STEREO_LABELS)
+            label: np.ascontiguousarray(data[:, index])
+            for index, label in enumerate(STEREO_CHANNELS)
         }
     else:
         raise ConfigError(f"{source}: {data.shape[1]} channels; mono or stereo (agent, customer)")

@@ -32,6 +32,7 @@ __all__ = [
     "CONTRACT_VERSION",
     "MAX_CALL_ID_BYTES",
     "MONO_CHANNEL",
+    "STEREO_CHANNELS",
     "SUPPORTED_SAMPLE_RATES_HZ",
     "AudioChunk",
     "Encoding",
@@ -45,11 +46,14 @@ CONTRACT_VERSION = 1
 MAX_CALL_ID_BYTES = 128
 MONO_CHANNEL = "mono"
 """The channel label of a one-channel call (all speakers on it): the producer SDK's default."""
+STEREO_CHANNELS = ("agent", "customer")
+"""The channel labels of a two-channel call, in the order of a stereo file's channels."""
 SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
 DEFAULT_MAX_PAYLOAD_BYTES = 65536
 MAX_CHANNEL_LABEL_BYTES = 32
 MAX_TENANT_BYTES = 64
-_LABEL = re.compile(r"[A-Za-z0-9._-]+")
+LABEL_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+"""The form of channel and tenant labels (``fullmatch``)."""
 
 
 class Header(enum.StrEnum):
@@ -199,7 +203,7 @@ def _flag(headers: dict[str, bytes], name: Header) -> bool:
 
 def _label(headers: dict[str, bytes], name: Header, max_bytes: int) -> str:
     text = _ascii(headers, name)
-    if len(text) > max_bytes or not _LABEL.fullmatch(text):
+    if len(text) > max_bytes or not LABEL_PATTERN.fullmatch(text):
         raise ChunkRejectedError(
             RejectReason.BAD_HEADER_VALUE,
             f"{name}={text!r} must be 1..{max_bytes} characters of [A-Za-z0-9._-]",

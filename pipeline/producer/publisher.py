@@ -33,7 +33,7 @@ import numpy.typing as npt
 
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts import AudioChunk, Encoding, decode_chunk, encode_chunk
-from pipeline.contracts.audio_chunk import MONO_CHANNEL
+from pipeline.contracts.audio_chunk import MONO_CHANNEL, STEREO_CHANNELS
 from pipeline.errors import ChunkRejectedError, ConfigError, ContractError, PublishError
 from pipeline.producer.chunking import (
     AudioInput,
@@ -61,7 +61,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MONO = (MONO_CHANNEL,)
-STEREO = ("agent", "customer")
+STEREO = STEREO_CHANNELS
 FLUSH_MARGIN_S = 5.0
 """``flush`` waits this much longer than the delivery timeout, by which every record has
 either been delivered or reported failed."""

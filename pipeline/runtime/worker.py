@@ -90,7 +90,7 @@ from pipeline.worker.checkpoint import (
     decode_checkpoint,
     encode_key,
 )
-from pipeline.worker.progress import PartitionProgress
+from pipeline.worker.progress import PartitionProgress, SessionProgress
 
 __all__ = ["AsrWorker", "WorkerStatus", "default_worker_id"]
 
@@ -495,6 +495,9 @@ class AsrWorker:
         self._stage(
             self._topics[TopicRole.FINALS], key=final.call_id.encode(), value=to_json(final)
         )
+        progress = self._session_progress(key)
+        if progress is not None and progress.finals_published is not None:
+            progress.finals_published += 1
         self._finalized(key, final.utterance_index)
         self.status.finals += 1
         self._finals_in_tx.append(final)
@@ -502,21 +505,31 @@ class AsrWorker:
 
     def _finalized(self, key: SessionKey, utterance_index: int) -> None:
         """Utterance ``utterance_index`` got its final (or was suppressed) in this transaction."""
-        partition = self._session_partition.get(key)
-        if partition is not None and partition in self._partitions:
-            progress = self._partitions[partition].session(key)
+        progress = self._session_progress(key)
+        if progress is not None:
             progress.finals_through = max(progress.finals_through, utterance_index)
             progress.dirty = True
         self._commit_needed = True
 
+    def _session_progress(self, key: SessionKey) -> SessionProgress | None:
+        """The progress of an owned session (created on first use), None if not owned."""
+        partition = self._session_partition.get(key)
+        if partition is None or partition not in self._partitions:
+            return None
+        return self._partitions[partition].session(key)
+
     def _session_ended(self, ended: SessionEnded) -> None:
         self._admission.end(ended.key)
-        partition = self._session_partition.get(ended.key)
-        if partition is not None and partition in self._partitions:
-            progress = self._partitions[partition].session(ended.key)
+        progress = self._session_progress(ended.key)
+        utterances = ended.utterances
+        if progress is not None:
             progress.ended = True
             progress.needed_offsets.clear()
             progress.dirty = True
+            if progress.finals_published is not None:
+                # Counted across owners: after a failover the engine cannot tell replayed
+                # utterances that were published from those that were suppressed.
+                utterances = progress.finals_published
         self._event(
             EventType.SESSION_ENDED,
             ended.key,
@@ -524,7 +537,7 @@ class AsrWorker:
                 "tenant": ended.tenant,
                 "duration_ms": ended.audio_ms,
                 "speech_ms": ended.speech_ms,
-                "utterances": ended.utterances,
+                "utterances": utterances,
                 "suppressed": ended.suppressed,
             },
         )
@@ -694,7 +707,12 @@ class AsrWorker:
                 continue
             if session.ended:
                 checkpoint = SessionCheckpoint(
-                    key, None, _copy_admission(self._admission, key), session.finals_through, True
+                    key,
+                    None,
+                    _copy_admission(self._admission, key),
+                    session.finals_through,
+                    True,
+                    session.finals_published,
                 )
                 self._stage(
                     topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
@@ -714,7 +732,12 @@ class AsrWorker:
             elif not finals_moved:
                 continue  # nothing new to say; try again at the next commit
             checkpoint = SessionCheckpoint(
-                key, session.snapshot, session.snapshot_admission, session.finals_through, False
+                key,
+                session.snapshot,
+                session.snapshot_admission,
+                session.finals_through,
+                False,
+                session.finals_published,
             )
             self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
             session.checkpointed_finals_through = session.finals_through
@@ -936,6 +959,7 @@ class AsrWorker:
         session = progress.session(key)
         session.finals_through = checkpoint.finals_through
         session.checkpointed_finals_through = checkpoint.finals_through
+        session.finals_published = checkpoint.finals_published
         self._session_partition[key] = progress.partition
         if (
             checkpoint.snapshot is not None

@@ -5,8 +5,9 @@ new owner replays the partition from its committed *low watermark*. Checkpoints 
 
 - per session (key ``["call", "channel"]`` as JSON): a quiescent ``SessionSnapshot`` with the
   admission state at that point (replay resumes from there, skipping records up to its
-  ``last_position``), ``finals_through`` (utterances already finalized: not emitted again) and
-  whether the session ended;
+  ``last_position``), ``finals_through`` (utterances already finalized: not emitted again),
+  ``finals_published`` (how many of them were published as finals rather than suppressed: the
+  count ``session_ended`` reports) and whether the session ended;
 - per partition (key ``["", "__partition__"]``): ``handled_through``, the newest offset whose side
   effects (dead letters, events) were committed; a replay does not repeat them.
 
@@ -50,6 +51,8 @@ class SessionCheckpoint:
     admission: AdmissionState | None
     finals_through: int
     ended: bool
+    # Absent (None) in checkpoints written before it was introduced.
+    finals_published: int | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -60,6 +63,7 @@ class SessionCheckpoint:
                 "snapshot": self.snapshot.to_dict() if self.snapshot else None,
                 "admission": self.admission.to_dict() if self.admission else None,
                 "finals_through": self.finals_through,
+                "finals_published": self.finals_published,
                 "ended": self.ended,
             }
         )
@@ -85,10 +89,12 @@ def decode_checkpoint(key: bytes, value: bytes) -> SessionCheckpoint | Partition
         return PartitionCheckpoint(int(data["handled_through"]))
     snapshot = data["snapshot"]
     admission = data["admission"]
+    published = data.get("finals_published")
     return SessionCheckpoint(
         key=SessionKey(call_id, channel),
         snapshot=SessionSnapshot.from_dict(snapshot) if snapshot else None,
         admission=AdmissionState.from_dict(admission) if admission else None,
         finals_through=int(data["finals_through"]),
         ended=bool(data["ended"]),
+        finals_published=None if published is None else int(published),
     )

@@ -90,6 +90,7 @@ def test_calls_through_kafka_equal_the_embedded_engine(
     assert kinds["partitions_assigned"] >= 1
     ended = [e for e in events if e["type"] == "session_ended"]
     assert all(e["detail"]["utterances"] >= 2 and e["detail"]["speech_ms"] > 0 for e in ended)
+    _assert_ended_sessions_count_their_finals(events, finals)
 
 
 def test_kill_9_mid_call_loses_and_duplicates_no_final(
@@ -119,6 +120,22 @@ def test_kill_9_mid_call_loses_and_duplicates_no_final(
     assert duplicates == {}
     assert lost == []
     assert texts == expected
+    # The QA app waits for as many finals as session_ended announces: after the takeover the
+    # count must still be the finals published, not the utterances the survivor replayed.
+    _assert_ended_sessions_count_their_finals(events, finals)
+
+
+def _assert_ended_sessions_count_their_finals(
+    events: list[dict[str, Any]], finals: list[dict[str, Any]]
+) -> None:
+    published = Counter((f["call_id"], f["channel"]) for f in finals)
+    announced = {
+        (e["call_id"], e["channel"]): e["detail"]["utterances"]
+        for e in events
+        if e["type"] == "session_ended"
+    }
+    assert announced == {key: published[key] for key in announced}
+    assert set(published) <= set(announced)
 
 
 def test_worker_joining_and_leaving_mid_call_keeps_finals_exactly_once(
@@ -415,6 +432,35 @@ def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
     assert "account" in finals[0]["text"].lower()
     assert "charged twice" in finals[1]["text"].lower()
     assert finals[0]["end_ms"] <= finals[1]["start_ms"]
+
+
+def test_each_tenant_gets_its_own_endpoint_rules(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    # One recording with a 1 s pause, published for two tenants: the default 800 ms silence
+    # rule splits it, the "patient" tenant's 1.5 s rule does not.
+    worker = _worker(
+        topics, group_id, "w-tenant", tmp_path, STREAMSCRIBE_TENANT_ENDPOINTS="patient:1500"
+    )
+    try:
+        for tenant in ("default", "patient"):
+            calls = load_calls(["pauses/pause_1000ms_split.flac"], prefix=f"{tenant}-")
+            Publisher(topics, calls, tenant=tenant).start().join()
+        events = read_topic(
+            topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(2), 240
+        )
+        assert sessions_ended(2)(events), worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    by_tenant: dict[str, list[dict[str, Any]]] = {"default": [], "patient": []}
+    for final in sorted(finals, key=lambda f: f["utterance_index"]):
+        by_tenant[final["tenant"]].append(final)
+    assert len(by_tenant["default"]) == 2
+    assert by_tenant["default"][0]["endpoint_reason"] == "silence"
+    [patient] = by_tenant["patient"]
+    assert patient["start_ms"] == by_tenant["default"][0]["start_ms"]
+    assert patient["end_ms"] == by_tenant["default"][1]["end_ms"]
 
 
 def _http(url: str) -> tuple[int, str]:

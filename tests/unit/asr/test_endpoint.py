@@ -64,6 +64,8 @@ def test_a_300_ms_pause_does_not_split_and_800_ms_does() -> None:
             end_samples=ms(2300),
             decided_at_samples=ms(3100),
             discarded=False,
+            start_is_onset=False,  # the stream's first sample: no pad before it
+            end_is_offset=True,
         )
     ]
     assert detector.utterance_start_samples is None
@@ -149,7 +151,13 @@ def test_end_of_stream_and_force_close_only_an_open_utterance() -> None:
     detector.push(False, ms(100))
     forced = detector.force()
     assert forced == EndpointDecision(
-        EndpointReason.FORCED, 0, ms(400), decided_at_samples=ms(500), discarded=False
+        EndpointReason.FORCED,
+        0,
+        ms(400),
+        decided_at_samples=ms(500),
+        discarded=False,
+        start_is_onset=False,
+        end_is_offset=True,  # forced after 100 ms of silence
     )
     assert detector.force() is None
     detector.push(True, ms(300))
@@ -160,6 +168,37 @@ def test_end_of_stream_and_force_close_only_an_open_utterance() -> None:
         ms(500),
         ms(800),
     )
+
+
+def test_edges_say_whether_the_labeller_drew_them() -> None:
+    """Only edges with labelled silence beside them are onsets/offsets (word-time snapping)."""
+    detector = EndpointDetector(EndpointConfig(max_utterance_ms=2_000))
+    feed_frames(detector, False, ms(500))
+    cut = feed_frames(detector, True, ms(2_500))  # speech past the maximum: cut in speech
+    assert [(d.reason, d.start_is_onset, d.end_is_offset) for d in cut] == [
+        (EndpointReason.MAX_LENGTH, True, False)
+    ]
+    (after_cut,) = feed_frames(detector, False, ms(800))
+    assert (after_cut.start_is_onset, after_cut.end_is_offset) == (False, True)
+
+    feed_frames(detector, True, ms(600))
+    forced = detector.force()  # in speech: its end is no offset
+    assert forced is not None
+    assert (forced.start_is_onset, forced.end_is_offset) == (True, False)
+    feed_frames(detector, True, ms(600))  # the same speech goes on: no onset
+    eos = detector.end_of_stream()  # and ends with the stream, still in speech
+    assert eos is not None
+    assert (eos.start_is_onset, eos.end_is_offset) == (False, False)
+
+
+def test_end_of_stream_after_silence_ends_at_an_offset() -> None:
+    detector = EndpointDetector()
+    feed_frames(detector, False, ms(100))
+    feed_frames(detector, True, ms(600))
+    feed_frames(detector, False, ms(200))
+    eos = detector.end_of_stream()
+    assert eos is not None
+    assert (eos.start_is_onset, eos.end_is_offset) == (True, True)
 
 
 def test_snapshot_resumes_identically() -> None:

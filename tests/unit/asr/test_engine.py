@@ -203,6 +203,45 @@ def test_final_text_and_word_timings_come_from_the_recognizer() -> None:
     validate("final", json.loads(to_json(final)))
 
 
+def _whisper_edges(audio: Audio, start_ms: int, end_ms: int) -> tuple[int, int]:
+    """The first word's start and the last word's end the recognizer gives for a span (ms)."""
+    expected = audio_words(
+        RecognitionRequest(audio[start_ms * 16 : end_ms * 16], with_word_timings=True)
+    )
+    return start_ms + (expected.words[0].start_ms or 0), start_ms + (expected.words[-1].end_ms or 0)
+
+
+def test_edges_the_vad_did_not_hear_keep_the_recognizer_word_times() -> None:
+    # Speech up to the end of the stream: the last word's end is not moved to a VAD offset.
+    runs = (10, 40)
+    audio = signal(*runs)
+    engine, _ = make_engine()
+    [final] = finals(run(engine, audio))
+    assert final.endpoint_reason is EndpointReason.END_OF_STREAM
+    start = loud_spans_ms(*runs)[0][0]
+    end = sum(runs) * FRAME_MS
+    assert (final.start_ms, final.end_ms) == (start, end)
+    first_start, last_end = _whisper_edges(audio, start, end)
+    assert final.words[0].start_ms == max(first_start, start + PAD_MS)  # a real onset
+    assert final.words[-1].end_ms == last_end
+
+    # Speech from the stream's first sample, cut at the maximum length: neither the first
+    # piece's start (no pad before sample 0) nor the second's (the cut) is an onset.
+    runs = (0, 100, 30)
+    audio = signal(*runs)
+    engine, _ = make_engine(max_utterance_ms=2_000)
+    first, second = finals(run(engine, audio))
+    assert (first.endpoint_reason, second.endpoint_reason) == (
+        EndpointReason.MAX_LENGTH,
+        EndpointReason.SILENCE,
+    )
+    assert (first.start_ms, first.end_ms, second.start_ms) == (0, 2_000, 2_000)
+    assert first.words[0].start_ms == _whisper_edges(audio, 0, 2_000)[0]
+    assert first.words[-1].end_ms == _whisper_edges(audio, 0, 2_000)[1]
+    assert second.words[0].start_ms == _whisper_edges(audio, 2_000, second.end_ms)[0]
+    assert second.words[-1].end_ms == second.end_ms - PAD_MS - VAD_END_LAG_MS  # a real offset
+
+
 def test_max_length_cuts_a_long_utterance() -> None:
     runs = (10, 160, 30)  # 5120 ms of speech
     engine, _ = make_engine(max_utterance_ms=2000)

@@ -118,7 +118,15 @@ def test_speech_opens_an_utterance_and_silence_queues_its_final() -> None:
     feed(session, [0.0])
     assert list(session.final_jobs) == [
         # Decided at the VAD position of the frame that completed 800 ms of silence.
-        FinalJob(0, 10 * FRAME - PAD, 47 * FRAME + PAD, 72 * FRAME, EndpointReason.SILENCE)
+        FinalJob(
+            0,
+            10 * FRAME - PAD,
+            47 * FRAME + PAD,
+            72 * FRAME,
+            EndpointReason.SILENCE,
+            start_is_onset=True,
+            end_is_offset=True,
+        )
     ]
     assert session.utterance is None
     assert session.next_index == 1
@@ -141,6 +149,8 @@ def test_close_stream_queues_the_open_utterance() -> None:
     [job] = session.final_jobs
     assert job.reason is EndpointReason.END_OF_STREAM
     assert (job.start_samples, job.end_samples) == (5 * FRAME - PAD, 25 * FRAME)
+    # Speech ran up to the end of the stream: the VAD never heard it end.
+    assert (job.start_is_onset, job.end_is_offset) == (True, False)
     assert session.utterance is None
 
 
@@ -151,9 +161,11 @@ def test_a_forced_close_keeps_the_gate_in_speech() -> None:
     [job] = session.final_jobs
     assert job.reason is EndpointReason.FORCED
     feed(session, [1.0] * 20 + [0.0] * 30)
-    assert [(j.start_samples, j.reason) for j in session.final_jobs] == [
-        (5 * FRAME - PAD, EndpointReason.FORCED),
-        (25 * FRAME, EndpointReason.SILENCE),
+    assert [
+        (j.start_samples, j.reason, j.start_is_onset, j.end_is_offset) for j in session.final_jobs
+    ] == [
+        (5 * FRAME - PAD, EndpointReason.FORCED, True, False),
+        (25 * FRAME, EndpointReason.SILENCE, False, True),  # began in speech, at the force
     ]
 
 

@@ -40,6 +40,13 @@ def test_a_single_word_gets_both_edges() -> None:
     assert (word.start_ms, word.end_ms) == (1040, 1500)
 
 
+def test_an_edge_the_vad_did_not_hear_is_left_alone() -> None:
+    words = _words((1000, 1300), (1350, 1600))
+    assert snap_word_edges(words, None, 1500) == (words[0], Word("w1", 1350, 1500, 0.9))
+    assert snap_word_edges(words, 1060, None) == (Word("w0", 1060, 1300, 0.9), words[1])
+    assert snap_word_edges(words, None, None) == words
+
+
 def test_no_words_stay_no_words() -> None:
     assert snap_word_edges((), 0, 1000) == ()
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from pipeline.audio.files import STEREO_LABELS, read_call_audio
+from pipeline.audio.files import read_call_audio
+from pipeline.contracts.audio_chunk import STEREO_CHANNELS
 from pipeline.errors import ConfigError
 
 
@@ -37,7 +38,7 @@ def test_a_stereo_file_is_agent_left_and_customer_right(tmp_path: Path) -> None:
     left, right = ramp(16000, 1.0), ramp(16000, -0.5)
     path = write(tmp_path / "call-43.flac", np.stack([left, right], axis=1), 16000)
     audio = read_call_audio(path, call_id="explicit-id")
-    assert STEREO_LABELS == ("agent", "customer")
+    assert STEREO_CHANNELS == ("agent", "customer")
     assert audio.call_id == "explicit-id"
     assert list(audio.channels) == ["agent", "customer"]
     assert np.allclose(audio.channels["agent"], left, atol=1 / 32768)

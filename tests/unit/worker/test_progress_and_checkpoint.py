@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import orjson
 
 from pipeline.asr.endpoint import EndpointSnapshot
 from pipeline.asr.session import SessionKey, SessionSnapshot
@@ -57,6 +58,16 @@ def test_session_checkpoint_round_trip_is_exact() -> None:
     )
     decoded = decode_checkpoint(encode_key(KEY), checkpoint.encode())
     assert decoded == checkpoint
+
+
+def test_the_published_finals_count_round_trips_and_is_absent_in_older_checkpoints() -> None:
+    checkpoint = SessionCheckpoint(KEY, None, None, 6, False, finals_published=5)
+    assert decode_checkpoint(encode_key(KEY), checkpoint.encode()) == checkpoint
+    older = orjson.loads(checkpoint.encode())
+    del older["finals_published"]
+    decoded = decode_checkpoint(encode_key(KEY), orjson.dumps(older))
+    assert isinstance(decoded, SessionCheckpoint)
+    assert decoded.finals_published is None
 
 
 def test_partition_checkpoint_and_ended_session_round_trip() -> None:
