@@ -148,8 +148,7 @@ class EndpointDetector:
 
     __slots__ = (
         "_config",
-        "_continues_cut",
-        "_cut_at_samples",
+        "_continues_speech",
         "_last_speech_end_samples",
         "_position_samples",
         "_speech_run_end_samples",
@@ -162,19 +161,20 @@ class EndpointDetector:
         self._position_samples = 0
         self._utterance_start_samples: int | None = None
         self._last_speech_end_samples: int | None = None
-        # Speech that continues a max-length cut is never a blip, however short: it is the tail
-        # of real speech. (Not in snapshots: a session is never quiescent between the two.)
-        self._cut_at_samples: int | None = None
-        self._continues_cut = False
         # Where the latest run of speech pushed ended: an utterance starting there continues
-        # speech (after a cut or a forced final) rather than starting at an onset. (Not in
-        # snapshots either: a session is quiescent only outside speech.)
+        # speech (after a max-length cut or a forced final) rather than starting at an onset,
+        # and is never a blip, however short: it is the tail of real speech. (Not in snapshots:
+        # a session takes them only outside speech, see ``from_snapshot``.)
         self._speech_run_end_samples: int | None = None
         self._start_is_onset = False
+        self._continues_speech = False
 
     @classmethod
     def from_snapshot(cls, config: EndpointConfig, snapshot: EndpointSnapshot) -> EndpointDetector:
-        """A detector that continues exactly where the one that took ``snapshot`` was."""
+        """A detector that continues where the one that took ``snapshot`` was: exactly, for a
+        snapshot taken outside a run of speech (the only time sessions take them). Inside one,
+        the facts a snapshot does not carry are guessed: an open utterance started at an onset
+        unless it started at sample 0, and the next run of speech does not continue one."""
         if (snapshot.utterance_start_samples is None) != (snapshot.last_speech_end_samples is None):
             raise ConfigError("endpoint snapshot: utterance start and last speech end disagree")
         detector = cls(config)
@@ -250,15 +250,14 @@ class EndpointDetector:
                 start = None
             if start is None:
                 start = self._utterance_start_samples = self._position_samples
-                self._continues_cut = self._cut_at_samples == start
-                self._start_is_onset = start > 0 and start != self._speech_run_end_samples
+                self._continues_speech = start == self._speech_run_end_samples
+                self._start_is_onset = start > 0 and not self._continues_speech
             taken = min(remaining, start + max_samples - self._position_samples)
             self._position_samples += taken
             self._last_speech_end_samples = self._speech_run_end_samples = self._position_samples
             remaining -= taken
             if self._position_samples - start >= max_samples:
                 decisions.append(self._close(EndpointReason.MAX_LENGTH, end_is_offset=False))
-                self._cut_at_samples = self._position_samples
         return tuple(decisions)
 
     def _push_silence(self, duration_samples: int) -> tuple[EndpointDecision, ...]:
@@ -290,13 +289,13 @@ class EndpointDetector:
         assert end is not None
         self._utterance_start_samples = None
         self._last_speech_end_samples = None
-        continues_cut, self._continues_cut = self._continues_cut, False
+        continues_speech, self._continues_speech = self._continues_speech, False
         return EndpointDecision(
             reason=reason,
             start_samples=start,
             end_samples=end,
             decided_at_samples=self._position_samples if decided_at is None else decided_at,
-            discarded=end - start < self._config.min_utterance_samples and not continues_cut,
+            discarded=end - start < self._config.min_utterance_samples and not continues_speech,
             start_is_onset=self._start_is_onset,
             end_is_offset=end_is_offset,
         )

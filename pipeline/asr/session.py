@@ -31,7 +31,7 @@ from pipeline.asr.endpoint import (
     EndpointSnapshot,
 )
 from pipeline.asr.recognizer import Recognition, RecognizedWord
-from pipeline.asr.vad import SpeechGate, SpeechGateConfig, SpeechGateSnapshot
+from pipeline.asr.vad import GatedSpan, SpeechGate, SpeechGateConfig, SpeechGateSnapshot
 from pipeline.audio.denoise import StreamDenoiser
 from pipeline.audio.resample import Upsampler2x, UpsamplerState
 
@@ -168,10 +168,13 @@ class SessionSnapshot:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionSnapshot:
+        """The snapshot ``to_dict`` wrote. Raises ``ValueError`` on inconsistent endpoint state,
+        ``KeyError`` / ``TypeError`` on a missing or ill-shaped field (``decode_checkpoint``
+        turns all of these into ``ValueError``)."""
         lstm, context = (tuple(_decode_floats(part).tolist()) for part in data["vad_state"])
         mark = data["capture_mark"]
         stats = data["stats"]
-        return cls(
+        snapshot = cls(
             tenant=data["tenant"],
             input_rate_hz=int(data["input_rate_hz"]),
             total_samples=int(data["total_samples"]),
@@ -185,6 +188,10 @@ class SessionSnapshot:
             last_position=data["last_position"],
             stats=(int(stats[0]), int(stats[1]), int(stats[2]), int(stats[3])),
         )
+        endpoint = snapshot.endpoint
+        if (endpoint.utterance_start_samples is None) != (endpoint.last_speech_end_samples is None):
+            raise ValueError("session snapshot: utterance start and last speech end disagree")
+        return snapshot
 
 
 class Session:
@@ -318,21 +325,27 @@ class Session:
 
     def apply_vad(self, speech_prob: float) -> None:
         """Feed one frame's probability through gate and endpoint; queue finals it decides."""
-        for span in self.gate.push(speech_prob):
+        self._label(self.gate.push(speech_prob))
+        self._track_open_utterance()
+
+    def _label(self, spans: tuple[GatedSpan, ...]) -> None:
+        """Settled spans of the gate → the endpoint rules (and the speech-time count)."""
+        for span in spans:
             if span.is_speech:
                 self.stats.speech_samples += span.duration_samples
             self._decisions(self.endpoint.push(span.is_speech, span.duration_samples))
-        self._track_open_utterance()
 
     def close_stream(self, reason: EndpointReason) -> None:
-        """End of stream or forced final: settle what the gate holds and close the utterance."""
+        """End of stream or forced final: settle what the gate holds and close the utterance.
+
+        A forced final first ends a run of speech whose silence has begun (as the gate would
+        once the silence lasted), so the final keeps its end pad; speech still going on is cut
+        where the audio is, and what follows continues it (``EndpointDetector``)."""
         if reason is EndpointReason.END_OF_STREAM:
-            for span in self.gate.flush():
-                if span.is_speech:
-                    self.stats.speech_samples += span.duration_samples
-                self._decisions(self.endpoint.push(span.is_speech, span.duration_samples))
+            self._label(self.gate.flush())
             decision = self.endpoint.end_of_stream()
         else:
+            self._label(self.gate.end_speech())
             decision = self.endpoint.force()
         if decision is not None:
             self._decisions((decision,))
@@ -340,7 +353,12 @@ class Session:
 
     def _decisions(self, decisions: tuple[EndpointDecision, ...]) -> None:
         for decision in decisions:
-            if decision.discarded:
+            end_samples = decision.end_samples
+            if self.received_end_samples is not None:
+                # The end-of-stream padding is scored, but is not audio the caller sent.
+                end_samples = min(end_samples, self.received_end_samples)
+            if decision.discarded or end_samples <= decision.start_samples:
+                # A blip, or a piece (after a max-length cut) that lies wholly in the padding.
                 self.utterance = None
                 continue
             index = self.next_index
@@ -350,10 +368,6 @@ class Session:
                 # Finalized before a failover: replayed only to rebuild state.
                 self.stats.utterances += 1
                 continue
-            end_samples = decision.end_samples
-            if self.received_end_samples is not None:
-                # The end-of-stream padding is scored, but is not audio the caller sent.
-                end_samples = min(end_samples, self.received_end_samples)
             self.final_jobs.append(
                 FinalJob(
                     index,
@@ -409,7 +423,20 @@ class Session:
         if utterance is None or utterance.index <= self.finals_through:
             return False
         heard = self.gate.position_samples - utterance.start_samples
-        return heard >= min_samples and self.undecoded_samples() >= hop_samples
+        return (
+            heard >= min_samples
+            and self.undecoded_samples() >= hop_samples
+            and not self._may_be_blip(utterance)
+        )
+
+    def _may_be_blip(self, utterance: OpenUtterance) -> bool:
+        """Whether the open utterance's speech is still shorter than a blip: it may yet be
+        discarded (and its index reused), so it gets no partials."""
+        end = self.endpoint.last_speech_end_samples
+        return (
+            end is None
+            or end - utterance.start_samples < self.endpoint.config.min_utterance_samples
+        )
 
     def capture_ms_at(self, position_samples: int) -> int | None:
         """Capture time (epoch ms) of a sample, from the newest mark at or before it."""

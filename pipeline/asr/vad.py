@@ -511,6 +511,21 @@ class SpeechGate:
         self._silence_start = None
         return tuple(spans)
 
+    def end_speech(self) -> tuple[GatedSpan, ...]:
+        """A forced end of the utterance: a run of speech whose silence has begun ends now,
+        as it would once the silence lasted ``min_silence_ms`` (speech up to the silence start
+        plus the pad, non-speech after it as far as the pad allows); returns the spans that
+        settled. Speech still going on, or no speech, is left as it is."""
+        spans: list[GatedSpan] = []
+        silence_start = self._silence_start
+        if self._in_speech and silence_start is not None:
+            pad = self._config.speech_pad_samples
+            self._settle(min(silence_start + pad, self._position), True, spans)
+            self._in_speech = False
+            self._silence_start = None
+            self._settle(self._position - pad, False, spans)
+        return tuple(spans)
+
     def _push_in_silence(
         self, speech_prob: float, frame_start: int, spans: list[GatedSpan]
     ) -> None:

@@ -467,6 +467,9 @@ class AsrWorker:
         elif isinstance(output, Suppressed):
             self._metrics.count_suppressed_hallucination(output.guard.value)
             if output.final:
+                progress = self._session_progress(output.key)
+                if progress is not None and progress.finals_suppressed is not None:
+                    progress.finals_suppressed += 1
                 self._finalized(output.key, output.utterance_index)
                 self._event(
                     EventType.HALLUCINATION_SUPPRESSED,
@@ -521,15 +524,17 @@ class AsrWorker:
     def _session_ended(self, ended: SessionEnded) -> None:
         self._admission.end(ended.key)
         progress = self._session_progress(ended.key)
-        utterances = ended.utterances
+        utterances, suppressed = ended.utterances, ended.suppressed
         if progress is not None:
             progress.ended = True
             progress.needed_offsets.clear()
             progress.dirty = True
+            # Counted across owners: after a failover the engine cannot tell replayed
+            # utterances that were published from those that were suppressed.
             if progress.finals_published is not None:
-                # Counted across owners: after a failover the engine cannot tell replayed
-                # utterances that were published from those that were suppressed.
                 utterances = progress.finals_published
+            if progress.finals_suppressed is not None:
+                suppressed = progress.finals_suppressed
         self._event(
             EventType.SESSION_ENDED,
             ended.key,
@@ -538,7 +543,7 @@ class AsrWorker:
                 "duration_ms": ended.audio_ms,
                 "speech_ms": ended.speech_ms,
                 "utterances": utterances,
-                "suppressed": ended.suppressed,
+                "suppressed": suppressed,
             },
         )
         self._commit_needed = True
@@ -713,6 +718,7 @@ class AsrWorker:
                     session.finals_through,
                     True,
                     session.finals_published,
+                    session.finals_suppressed,
                 )
                 self._stage(
                     topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
@@ -738,6 +744,7 @@ class AsrWorker:
                 session.finals_through,
                 False,
                 session.finals_published,
+                session.finals_suppressed,
             )
             self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
             session.checkpointed_finals_through = session.finals_through
@@ -960,6 +967,7 @@ class AsrWorker:
         session.finals_through = checkpoint.finals_through
         session.checkpointed_finals_through = checkpoint.finals_through
         session.finals_published = checkpoint.finals_published
+        session.finals_suppressed = checkpoint.finals_suppressed
         self._session_partition[key] = progress.partition
         if (
             checkpoint.snapshot is not None

@@ -6,8 +6,9 @@ new owner replays the partition from its committed *low watermark*. Checkpoints 
 - per session (key ``["call", "channel"]`` as JSON): a quiescent ``SessionSnapshot`` with the
   admission state at that point (replay resumes from there, skipping records up to its
   ``last_position``), ``finals_through`` (utterances already finalized: not emitted again),
-  ``finals_published`` (how many of them were published as finals rather than suppressed: the
-  count ``session_ended`` reports) and whether the session ended;
+  ``finals_published`` / ``finals_suppressed`` (how many of them were published as finals, and
+  how many a guard suppressed: the counts ``session_ended`` reports) and whether the session
+  ended;
 - per partition (key ``["", "__partition__"]``): ``handled_through``, the newest offset whose side
   effects (dead letters, events) were committed; a replay does not repeat them.
 
@@ -51,8 +52,9 @@ class SessionCheckpoint:
     admission: AdmissionState | None
     finals_through: int
     ended: bool
-    # Absent (None) in checkpoints written before it was introduced.
+    # Absent (None) in checkpoints written before they were introduced.
     finals_published: int | None = None
+    finals_suppressed: int | None = None
 
     def encode(self) -> bytes:
         return orjson.dumps(
@@ -64,6 +66,7 @@ class SessionCheckpoint:
                 "admission": self.admission.to_dict() if self.admission else None,
                 "finals_through": self.finals_through,
                 "finals_published": self.finals_published,
+                "finals_suppressed": self.finals_suppressed,
                 "ended": self.ended,
             }
         )
@@ -80,7 +83,15 @@ class PartitionCheckpoint:
 
 
 def decode_checkpoint(key: bytes, value: bytes) -> SessionCheckpoint | PartitionCheckpoint:
-    """Parse a checkpoint record. Raises ValueError (incl. orjson's) on a malformed one."""
+    """Parse a checkpoint record. Raises ValueError (incl. orjson's) on a malformed one: a
+    missing field or a value of the wrong shape anywhere in it, the snapshot included."""
+    try:
+        return _decode(key, value)
+    except (KeyError, TypeError, IndexError, AttributeError) as error:
+        raise ValueError(f"malformed checkpoint: {error!r}") from None
+
+
+def _decode(key: bytes, value: bytes) -> SessionCheckpoint | PartitionCheckpoint:
     call_id, channel = orjson.loads(key)
     data: dict[str, Any] = orjson.loads(value)
     if data.get("schema") != CHECKPOINT_SCHEMA:
@@ -89,7 +100,7 @@ def decode_checkpoint(key: bytes, value: bytes) -> SessionCheckpoint | Partition
         return PartitionCheckpoint(int(data["handled_through"]))
     snapshot = data["snapshot"]
     admission = data["admission"]
-    published = data.get("finals_published")
+    published, suppressed = data.get("finals_published"), data.get("finals_suppressed")
     return SessionCheckpoint(
         key=SessionKey(call_id, channel),
         snapshot=SessionSnapshot.from_dict(snapshot) if snapshot else None,
@@ -97,4 +108,5 @@ def decode_checkpoint(key: bytes, value: bytes) -> SessionCheckpoint | Partition
         finals_through=int(data["finals_through"]),
         ended=bool(data["ended"]),
         finals_published=None if published is None else int(published),
+        finals_suppressed=None if suppressed is None else int(suppressed),
     )

@@ -27,9 +27,11 @@ class SessionProgress:
     skip_through: int = -1
     finals_through: int = -1
     checkpointed_finals_through: int = -1
-    # Finals published for the session by every owner so far (checkpointed with the finals);
-    # None when restored from a checkpoint written before the count existed.
+    # Finals published, and finals suppressed by a guard, for the session by every owner so far
+    # (checkpointed with the finals); None when restored from a checkpoint written before the
+    # counts existed.
     finals_published: int | None = 0
+    finals_suppressed: int | None = 0
     last_snapshot_ms: int = 0
     last_activity_ms: int = 0
     ended: bool = False

@@ -31,7 +31,7 @@ from pipeline.asr.engine import (
 from pipeline.asr.guards import Guard
 from pipeline.asr.recognizer import Recognition, RecognitionRequest
 from pipeline.asr.session import SessionKey, SessionSnapshot
-from pipeline.asr.vad import EnergyVad
+from pipeline.asr.vad import EnergyVad, SpeechGateConfig
 from pipeline.asr.word_edges import VAD_END_LAG_MS
 from pipeline.audio.resample import to_16k
 from pipeline.clock import ManualClock
@@ -1003,3 +1003,67 @@ def test_partials_first_lets_the_live_partials_go_before_a_backlogs_finals() -> 
     assert partials(first)
     assert not finals(first)
     assert finals(engine.step())  # the backlog's final comes next
+
+
+def test_a_max_length_cut_inside_the_end_of_stream_padding_makes_no_empty_final() -> None:
+    # 1993.75 ms of speech from sample 0; the last VAD frame is padded with zeros past 2000 ms,
+    # where the 2 s cut falls: the piece after it holds no audio the caller sent.
+    audio = signal(0, 63)[:31_900]
+    engine, fake = make_engine(max_utterance_ms=2_000)
+    got = finals(run(engine, audio))
+    assert [(f.utterance_index, f.start_ms, f.end_ms, f.endpoint_reason) for f in got] == [
+        (0, 0, 1993, EndpointReason.MAX_LENGTH)
+    ]
+    assert [len(r.audio) for r in final_requests(fake)] == [31_900]
+
+
+def test_speech_going_on_after_a_forced_final_is_transcribed_however_short() -> None:
+    audio = signal(10, 50, 40)  # speech in frames [10, 60)
+    force_at = 57 * FRAME  # 96 ms of speech still to come after the flush
+    engine, fake = make_engine()
+    engine.accept(KEY, audio[:force_at], RATE_HZ, flush=True)
+    outputs = engine.step()
+    engine.accept(KEY, audio[force_at:], RATE_HZ, end_of_stream=True)
+    outputs += engine.step() + engine.step()
+    got = finals(outputs)
+    assert [(f.start_ms, f.end_ms, f.endpoint_reason) for f in got] == [
+        (10 * FRAME_MS - PAD_MS, 57 * FRAME_MS, EndpointReason.FORCED),
+        (57 * FRAME_MS, 60 * FRAME_MS + PAD_MS, EndpointReason.SILENCE),
+    ]
+    assert [len(r.audio) // 16 for r in final_requests(fake)] == [
+        f.end_ms - f.start_ms for f in got
+    ]
+
+
+def test_a_forced_final_after_speech_ended_keeps_its_end_pad() -> None:
+    # The flush comes 64 ms after the speech ended: the gate has not confirmed the silence yet,
+    # but the final still gets the speech's 60 ms end pad (and no 60 ms blip follows it).
+    audio = signal(10, 50, 40)
+    engine, _ = make_engine()
+    engine.accept(KEY, audio[: 62 * FRAME], RATE_HZ, flush=True)
+    outputs = engine.step()
+    engine.accept(KEY, audio[62 * FRAME :], RATE_HZ, end_of_stream=True)
+    outputs += engine.step() + engine.step()
+    [final] = finals(outputs)
+    assert (final.start_ms, final.end_ms, final.endpoint_reason) == (
+        10 * FRAME_MS - PAD_MS,
+        60 * FRAME_MS + PAD_MS,
+        EndpointReason.FORCED,
+    )
+
+
+def test_a_blip_gets_no_partials_and_does_not_take_an_utterance_index() -> None:
+    # A gate that confirms 64 ms of speech and an endpoint that discards spans under 400 ms:
+    # a 96 ms blip (216 ms with its pads) is speech, but never an utterance.
+    config = EngineConfig(
+        early_final_ms=None,
+        gate=SpeechGateConfig(min_speech_ms=64),
+        endpoint=EndpointConfig(min_utterance_ms=400, speech_pad_ms=PAD_MS),
+    )
+    engine = StreamingEngine(FakeRecognizer(), EnergyVad(), config, ManualClock(EMIT_MS))
+    outputs = run(engine, signal(10, 3, 40, 40, 40))  # the blip, then an utterance
+    assert {p.utterance_index for p in partials(outputs)} == {0}
+    [final] = finals(outputs)
+    assert final.utterance_index == 0
+    revisions = [p.revision for p in partials(outputs)]
+    assert revisions == list(range(len(revisions)))

@@ -96,6 +96,22 @@ def test_flush_ends_open_speech_at_the_stream_end() -> None:
     assert not gate.in_speech
 
 
+def test_end_speech_confirms_a_begun_silence_and_leaves_ongoing_speech() -> None:
+    gate = SpeechGate()
+    for prob in [0.9] * 10:
+        gate.push(prob)
+    assert gate.end_speech() == ()  # speech going on: nothing to end
+    assert gate.in_speech
+    for prob in [0.0] * 3:  # 96 ms of silence: not yet min_silence_ms (100 ms)
+        gate.push(prob)
+    # The speech keeps its end pad; the 36 ms after it stay unsettled (a new start's pad).
+    assert gate.end_speech() == (GatedSpan(10 * FRAME, 10 * FRAME + PAD, True),)
+    assert not gate.in_speech
+    assert gate.settled_samples == 10 * FRAME + PAD
+    assert gate.end_speech() == ()
+    assert [span.is_speech for span in gate.push(0.0)] == [False]
+
+
 def test_flush_treats_an_unconfirmed_start_as_a_blip() -> None:
     gate = SpeechGate()
     gate.push(0.9)

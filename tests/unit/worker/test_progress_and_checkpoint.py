@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import orjson
+import pytest
 
 from pipeline.asr.endpoint import EndpointSnapshot
 from pipeline.asr.session import SessionKey, SessionSnapshot
@@ -29,7 +33,7 @@ def _snapshot(last_position: int) -> SessionSnapshot:
         tail=tuple(np.linspace(-0.5, 0.5, 700).tolist()),
         vad_state=(tuple(np.arange(256) / 7.0), tuple(np.arange(64) / 3.0)),
         gate=SpeechGateSnapshot(32000, 31040, False, None, None),
-        endpoint=EndpointSnapshot(31040, None, 20000),
+        endpoint=EndpointSnapshot(31040, None, None),
         upsampler=tuple(np.arange(15) / 11.0),
         next_index=3,
         capture_mark=(31000, 1_790_000_000_000),
@@ -60,14 +64,16 @@ def test_session_checkpoint_round_trip_is_exact() -> None:
     assert decoded == checkpoint
 
 
-def test_the_published_finals_count_round_trips_and_is_absent_in_older_checkpoints() -> None:
-    checkpoint = SessionCheckpoint(KEY, None, None, 6, False, finals_published=5)
+def test_the_finals_counts_round_trip_and_are_absent_in_older_checkpoints() -> None:
+    checkpoint = SessionCheckpoint(
+        KEY, None, None, 6, False, finals_published=5, finals_suppressed=1
+    )
     assert decode_checkpoint(encode_key(KEY), checkpoint.encode()) == checkpoint
     older = orjson.loads(checkpoint.encode())
-    del older["finals_published"]
+    del older["finals_published"], older["finals_suppressed"]
     decoded = decode_checkpoint(encode_key(KEY), orjson.dumps(older))
     assert isinstance(decoded, SessionCheckpoint)
-    assert decoded.finals_published is None
+    assert (decoded.finals_published, decoded.finals_suppressed) == (None, None)
 
 
 def test_partition_checkpoint_and_ended_session_round_trip() -> None:
@@ -75,6 +81,25 @@ def test_partition_checkpoint_and_ended_session_round_trip() -> None:
     assert decode_checkpoint(encode_key(PARTITION_KEY), partition.encode()) == partition
     ended = SessionCheckpoint(KEY, None, AdmissionState(next_seq=5, ended=True), 4, True)
     assert decode_checkpoint(encode_key(KEY), ended.encode()) == ended
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda snapshot: snapshot.pop("tail"),
+        lambda snapshot: snapshot.update(gate=snapshot["gate"][:4]),
+        lambda snapshot: snapshot.update(stats=None),
+        lambda snapshot: snapshot.update(endpoint=[31040, None, 20000]),  # start/end disagree
+    ],
+    ids=["missing-field", "short-gate", "null-stats", "inconsistent-endpoint"],
+)
+def test_a_malformed_snapshot_is_a_value_error(damage: Callable[[dict[str, Any]], object]) -> None:
+    """The worker's checkpoint reader skips ValueErrors; anything else would crash every worker
+    that takes the partition (the bad record stays in the compacted topic)."""
+    record = orjson.loads(SessionCheckpoint(KEY, _snapshot(4), None, 2, False).encode())
+    damage(record["snapshot"])
+    with pytest.raises(ValueError, match=r"malformed|disagree"):
+        decode_checkpoint(encode_key(KEY), orjson.dumps(record))
 
 
 def test_a_call_id_that_looks_like_the_partition_key_is_still_a_session() -> None:
