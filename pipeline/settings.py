@@ -152,7 +152,10 @@ class WorkerSettings:
         5000, "CHECKPOINT_INTERVAL_MS", "snapshot an idle session's progress at most this often"
     )
     idle_timeout_ms: int = setting(
-        30000, "IDLE_TIMEOUT_MS", "close a session after this long without audio"
+        30000,
+        "IDLE_TIMEOUT_MS",
+        "close a session after this long without its audio (time spent fetching: pauses and "
+        "stalls do not count)",
     )
     ended_retention_ms: int = setting(
         3_600_000,
@@ -163,7 +166,10 @@ class WorkerSettings:
     max_open_sessions: int = setting(2000, "MAX_OPEN_SESSIONS", "most open sessions per worker")
     max_chunk_bytes: int = setting(65536, "MAX_CHUNK_BYTES", "largest accepted audio payload")
     max_pending_jobs: int = setting(
-        64, "MAX_PENDING_JOBS", "pause partitions when more decodes than this are due"
+        64,
+        "MAX_PENDING_JOBS",
+        "thin partials when more decodes than half this are due; pause partitions when more "
+        "finals than this wait",
     )
     max_step_jobs: int = setting(64, "MAX_STEP_JOBS", "most decodes per engine step")
     session_timeout_ms: int = setting(

@@ -185,7 +185,7 @@ class SessionSnapshot:
             upsampler=tuple(_decode_floats(data["upsampler"]).tolist()),
             next_index=int(data["next_index"]),
             capture_mark=(int(mark[0]), int(mark[1])) if mark else None,
-            last_position=data["last_position"],
+            last_position=None if data["last_position"] is None else int(data["last_position"]),
             stats=(int(stats[0]), int(stats[1]), int(stats[2]), int(stats[3])),
         )
         endpoint = snapshot.endpoint

@@ -53,7 +53,7 @@ from confluent_kafka import (
 )
 
 from pipeline.asr.engine import SessionEnded, StreamingEngine, Suppressed
-from pipeline.asr.session import SessionKey
+from pipeline.asr.session import SessionKey, SessionSnapshot
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
 from pipeline.contracts.messages import (
@@ -65,7 +65,7 @@ from pipeline.contracts.messages import (
     to_dict,
     to_json,
 )
-from pipeline.errors import ChunkRejectedError, InfrastructureError
+from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     checkpoint_reader_config,
@@ -109,6 +109,9 @@ LOOP_STALL_S = 360.0
 longer than any bounded path through one iteration (retries of 120 s, checkpoint reads of 30 s,
 transactional calls of 35 s), and past ``max.poll.interval.ms`` (300 s), after which the group
 has taken the partitions anyway. ``/healthz`` then fails and the pod is restarted."""
+FETCH_CLOCK_MAX_TICK_MS = 5000
+"""The most one loop iteration advances the fetch clock (see ``AsrWorker._tick_fetch_clock``):
+a stall of the loop (commit retries, a checkpoint read) is not a publisher going silent."""
 CATCH_UP_MAX_S = 30.0
 """Longest catch-up (VAD-only steps) after an assignment; then decoding resumes regardless."""
 CATCH_UP_FIRST_FETCH_S = 1.0
@@ -162,9 +165,13 @@ class AsrWorker:
         )
         self._partitions: dict[int, PartitionProgress] = {}
         self._session_partition: dict[SessionKey, int] = {}
-        # Ended sessions still remembered (late chunks refused), oldest end first:
-        # key → (partition, when its end was checkpointed or restored, ms).
-        self._ended: OrderedDict[SessionKey, tuple[int, int]] = OrderedDict()
+        # Ended sessions still remembered (late chunks refused), oldest end first: key →
+        # (partition, when its end was checkpointed or restored (ms), its newest offset seen).
+        self._ended: OrderedDict[SessionKey, tuple[int, int, int]] = OrderedDict()
+        # Idle time is measured on this clock (ms): it runs only while the worker fetches, so a
+        # paused or stalled worker does not take its callers' silence for hang-ups.
+        self._fetch_clock_ms = 0
+        self._fetch_tick_ms: int | None = None
         self._stop = threading.Event()
         self._last_commit_ms = 0
         self._commit_needed = False
@@ -175,6 +182,7 @@ class AsrWorker:
         self._closing = False
         self._shutdown_deadline: float | None = None  # monotonic, once stopping
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
+        self._skipped_partials = False  # whether the last step was one without partials
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
@@ -246,6 +254,7 @@ class AsrWorker:
         records = self._consumer.consume(
             num_messages=self._worker.poll_batch, timeout=self._worker.poll_timeout_ms / 1000
         )
+        self._tick_fetch_clock()
         for record in records:
             self._handle(record)
         started = time.perf_counter()
@@ -256,7 +265,7 @@ class AsrWorker:
             self._catch_up_partitions = frozenset()
             outputs = self._engine.step(
                 max_jobs=self._worker.max_step_jobs,
-                partials=not self._thinning(),
+                partials=self._partials_this_step(),
                 partials_first=caught_up,
             )
         if self._engine.last_step_jobs:
@@ -396,6 +405,9 @@ class AsrWorker:
                 self._metrics.count_chunk(ChunkOutcome.DUPLICATE)
             return
         if decision.verdict is Verdict.REJECT:
+            ended = self._ended.get(key)
+            if ended is not None and offset > ended[2]:
+                self._ended[key] = (ended[0], ended[1], offset)  # its records reach this far
             if not replaying:
                 assert decision.reason is not None
                 self._dead_letter(record, decision.reason, decision.detail, key)
@@ -414,7 +426,8 @@ class AsrWorker:
         self._session_partition[key] = partition
         self._audio_ms_since_step += duration_ms
         session.needed_offsets.append(offset)
-        session.last_activity_ms = self._clock.now_ms()
+        session.last_activity_ms = self._fetch_clock_ms
+        session.last_offset = offset
         session.dirty = True
         self._engine.accept(
             key,
@@ -598,14 +611,25 @@ class AsrWorker:
 
     # -- sessions --------------------------------------------------------------------------
 
-    def _close_idle_sessions(self) -> None:
+    def _tick_fetch_clock(self) -> None:
+        """Advance the fetch clock by the time since the last poll: not while paused, and by
+        at most ``FETCH_CLOCK_MAX_TICK_MS`` per iteration."""
         now_ms = self._clock.now_ms()
+        if self._fetch_tick_ms is not None and not self.status.paused:
+            self._fetch_clock_ms += min(
+                max(0, now_ms - self._fetch_tick_ms), FETCH_CLOCK_MAX_TICK_MS
+            )
+        self._fetch_tick_ms = now_ms
+
+    def _close_idle_sessions(self) -> None:
+        """End sessions that got no chunk for ``idle_timeout_ms`` of fetching (a caller that
+        vanished without end-of-stream), restored ones included."""
+        now_ms = self._fetch_clock_ms
         timeout_ms = self._worker.idle_timeout_ms
         for progress in self._partitions.values():
             for key, session in progress.sessions.items():
                 if (
                     not session.ended
-                    and session.last_activity_ms
                     and now_ms - session.last_activity_ms > timeout_ms
                     and key in self._engine.sessions
                 ):
@@ -725,7 +749,7 @@ class AsrWorker:
                 )
                 del progress.sessions[key]
                 self._session_partition.pop(key, None)
-                self._remember_ended(key, partition, now_ms)
+                self._remember_ended(key, partition, now_ms, session.last_offset)
                 continue
             finals_moved = session.finals_through != session.checkpointed_finals_through
             snapshot = None
@@ -749,7 +773,8 @@ class AsrWorker:
             self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
             session.checkpointed_finals_through = session.finals_through
             session.dirty = snapshot is None
-        progress.handled_through = progress.next_offset - 1
+        if progress.next_offset >= 0:  # nothing fetched yet: the restored value stands
+            progress.handled_through = progress.next_offset - 1
         if progress.handled_through != progress.checkpointed_handled_through:
             self._stage(
                 topic,
@@ -758,8 +783,10 @@ class AsrWorker:
                 partition=partition,
             )
 
-    def _remember_ended(self, key: SessionKey, partition: int, now_ms: int) -> None:
-        self._ended[key] = (partition, now_ms)
+    def _remember_ended(
+        self, key: SessionKey, partition: int, now_ms: int, last_offset: int
+    ) -> None:
+        self._ended[key] = (partition, now_ms, last_offset)
         self._ended.move_to_end(key)
 
     def _expire_ended(self, now_ms: int) -> None:
@@ -768,13 +795,18 @@ class AsrWorker:
         the recently ended ones, not every call a partition ever carried."""
         retention_ms = self._worker.ended_retention_ms
         topic = self._topics[TopicRole.CHECKPOINTS]
-        while self._ended:
-            key, (partition, ended_ms) = next(iter(self._ended.items()))
+        for key, (partition, ended_ms, last_offset) in list(self._ended.items()):
             if now_ms - ended_ms < retention_ms:
                 break
+            progress = self._partitions.get(partition)
+            watermark = progress.low_watermark() if progress is not None else None
+            if progress is not None and (watermark is None or watermark <= last_offset):
+                # A replay from the committed offset would still read its records: forgotten
+                # now, the call would be taken for a new one and its finals published again.
+                continue
             del self._ended[key]
             self._admission.forget(key)
-            if partition in self._partitions:
+            if progress is not None:
                 self._stage(topic, key=encode_key(key), value=None, partition=partition)
 
     def _transaction_failed(self, error: KafkaException | _StuckCallError) -> None:
@@ -850,31 +882,38 @@ class AsrWorker:
 
     # -- backpressure ----------------------------------------------------------------------
 
-    def _thinning(self) -> bool:
-        """Shed partial decodes while more than half the pending-job budget is used.
+    def _partials_this_step(self) -> bool:
+        """Whether this step may decode partials: thinning sheds every other step's partials
+        while more than half the pending-job budget is due.
 
-        The first lever under load: partials are thinned before finals are delayed; if that is
-        not enough, ``_backpressure`` pauses the partitions.
+        The first lever under load: partials are thinned before finals are delayed (a step
+        without partials decodes finals only, sooner). They are thinned, never starved: due
+        partials stay due and get the next step. If finals still pile up, ``_backpressure``
+        pauses the partitions.
         """
-        pending = self._engine.pending_jobs()
+        due = set(self._engine.due_partials())
+        pending = len(due) + self._engine.pending_finals()
         thin = pending > self._worker.max_pending_jobs // 2
-        if thin:
-            # Each due partial counts once, however many steps it waits (it stays due).
-            due = set(self._engine.due_partials())
-            self._thinned &= due
+        # Each due partial counts once, however many steps it waits (it stays due).
+        self._thinned &= due
+        skip = thin and not self._skipped_partials
+        self._skipped_partials = skip
+        if skip:
             self._metrics.count_thinned_partials(len(due - self._thinned))
             self._thinned |= due
-        else:
-            self._thinned.clear()
         if thin != self.status.thinning:
             self.status.thinning = thin
             self._event(
                 EventType.PARTIALS_THINNED, detail={"thinning": thin, "pending_jobs": pending}
             )
-        return thin
+        return not skip
 
     def _backpressure(self) -> None:
-        pending = self._engine.pending_jobs()
+        """Pause fetching while more finals wait than ``max_pending_jobs`` (resume at half).
+
+        Finals, not partials: partials can be shed (``_partials_this_step``) and many speaking
+        callers always have one due, so counting them would pause a busy worker for good."""
+        pending = self._engine.pending_finals()
         limit = self._worker.max_pending_jobs
         if not self.status.paused and pending > limit:
             self._consumer.pause(self._assignment())
@@ -937,7 +976,7 @@ class AsrWorker:
             self._engine.drop(key)
             self._admission.forget(key)
             del self._session_partition[key]
-        for key in [k for k, (p, _) in self._ended.items() if p in gone]:
+        for key in [k for k, (p, _, _) in self._ended.items() if p in gone]:
             self._admission.forget(key)
             del self._ended[key]
 
@@ -960,19 +999,22 @@ class AsrWorker:
         if checkpoint.ended:
             if checkpoint.admission is not None:
                 self._admission.restore(key, checkpoint.admission)
-            # Kept for ended_retention_ms from now (the checkpoint's own age is not read).
-            self._remember_ended(key, progress.partition, self._clock.now_ms())
+            # Kept for ended_retention_ms from now (the checkpoint's own age is not read), and
+            # until the replay has passed its records (``_handle`` tracks the newest).
+            self._remember_ended(key, progress.partition, self._clock.now_ms(), -1)
             return
         session = progress.session(key)
         session.finals_through = checkpoint.finals_through
         session.checkpointed_finals_through = checkpoint.finals_through
         session.finals_published = checkpoint.finals_published
         session.finals_suppressed = checkpoint.finals_suppressed
+        # Idle from now on: a caller gone before the takeover still gets its session closed.
+        session.last_activity_ms = self._fetch_clock_ms
         self._session_partition[key] = progress.partition
         if (
             checkpoint.snapshot is not None
             and checkpoint.admission is not None
-            and self._engine.restore(key, checkpoint.snapshot, checkpoint.finals_through)
+            and self._restore_snapshot(key, checkpoint.snapshot, checkpoint.finals_through)
         ):
             self._admission.restore(key, _clone(checkpoint.admission))
             session.snapshot = checkpoint.snapshot
@@ -981,6 +1023,17 @@ class AsrWorker:
             session.skip_through = last if last is not None else -1
         else:
             self._engine.expect(key, checkpoint.finals_through)
+
+    def _restore_snapshot(self, key: SessionKey, snapshot: SessionSnapshot, finals: int) -> bool:
+        """``engine.restore``, except that a snapshot the engine cannot use (a corrupt record
+        that decoded) is logged and replaced by a replay from the committed offset: a bad
+        record in the compacted topic must not stop every worker that takes the partition."""
+        try:
+            return self._engine.restore(key, snapshot, finals)
+        except (ValueError, TypeError, RuntimeError, ConfigError) as error:
+            logger.error("checkpoint of %s is unusable, replaying it instead: %r", key, error)
+            self._engine.drop(key)
+            return False
 
     def _read_checkpoints(
         self, partitions: Sequence[int]

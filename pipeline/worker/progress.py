@@ -33,7 +33,8 @@ class SessionProgress:
     finals_published: int | None = 0
     finals_suppressed: int | None = 0
     last_snapshot_ms: int = 0
-    last_activity_ms: int = 0
+    last_activity_ms: int = 0  # on the worker's fetch clock (``AsrWorker._tick_fetch_clock``)
+    last_offset: int = -1  # the newest record admitted for the session
     ended: bool = False
     dirty: bool = False
 

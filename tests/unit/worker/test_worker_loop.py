@@ -7,17 +7,20 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 from prometheus_client import CollectorRegistry
 
 from pipeline.asr.engine import EngineConfig, StreamingEngine
 from pipeline.asr.recognizer import Recognition
+from pipeline.asr.session import SessionKey
+from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
 from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
 from pipeline.runtime.metrics import WorkerMetrics
 from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
 from pipeline.settings import Settings, WorkerSettings
-from pipeline.worker.checkpoint import encode_key
+from pipeline.worker.checkpoint import decode_checkpoint, encode_key
 from pipeline.worker.progress import PartitionProgress
 
 RETENTION_MS = 60_000
@@ -104,6 +107,26 @@ class _Producer:
 
 
 class _Consumer:
+    """Hands out ``queue`` in poll batches, nothing while paused."""
+
+    def __init__(self) -> None:
+        self.queue: list[_Message] = []
+        self.paused = False
+        self.pauses = 0
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[_Message]:
+        if self.paused:
+            return []
+        batch, self.queue = self.queue[:num_messages], self.queue[num_messages:]
+        return batch
+
+    def pause(self, partitions: Any) -> None:
+        self.paused = True
+        self.pauses += 1
+
+    def resume(self, partitions: Any) -> None:
+        self.paused = False
+
     def consumer_group_metadata(self) -> object:
         return object()
 
@@ -111,21 +134,66 @@ class _Consumer:
         return 0, 0
 
 
-def _worker(clock: ManualClock, **worker: Any) -> tuple[AsrWorker, _Producer]:
+class _Partials:
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def produce(self, *_: Any, **__: Any) -> None:
+        self.sent += 1
+
+    def poll(self, *_: Any) -> int:
+        return 0
+
+
+def _worker(
+    clock: ManualClock, vad: Any = None, registry: CollectorRegistry | None = None, **worker: Any
+) -> tuple[AsrWorker, _Producer]:
     settings = Settings(
         worker=dataclasses.replace(WorkerSettings(), ended_retention_ms=RETENTION_MS, **worker)
     )
-    engine = StreamingEngine(_Hears(), _Silence(), EngineConfig(), clock)
-    asr = AsrWorker(settings, engine, metrics=WorkerMetrics(CollectorRegistry()), clock=clock)
+    engine = StreamingEngine(_Hears(), vad or _Silence(), EngineConfig(), clock)
+    metrics = WorkerMetrics(registry or CollectorRegistry())
+    asr = AsrWorker(settings, engine, metrics=metrics, clock=clock)
     producer = _Producer()
-    asr._tx, asr._consumer = producer, _Consumer()
+    asr._tx, asr._consumer, asr._partials = producer, _Consumer(), _Partials()
     asr._partitions[0] = PartitionProgress(0)
+    asr.status.assigned = frozenset({0})
     return asr, producer
 
 
-def _chunk(call_id: str, seq: int, offset: int, *, end: bool = False) -> _Message:
+def _takeover(
+    clock: ManualClock, dead: _Producer, vad: Any = None, **worker: Any
+) -> tuple[AsrWorker, _Producer]:
+    """A second worker that restores partition 0 from what ``dead`` committed."""
+    latest: dict[bytes, Any] = {}
+    for topic, key, value, _ in dead.committed:
+        if "checkpoints" in topic and key is not None:
+            if value is None:
+                latest.pop(key, None)
+            else:
+                latest[key] = decode_checkpoint(key, value)
+    survivor, producer = _worker(clock, vad, **worker)
+    survivor._read_checkpoints = lambda partitions: {0: list(latest.values())}  # type: ignore[method-assign]
+    survivor._partitions.clear()
+    survivor._restore([0])
+    return survivor, producer
+
+
+def _types(producer: _Producer) -> list[str]:
+    return [
+        orjson.loads(value)["type"]
+        for topic, _, value, _ in producer.committed
+        if "events" in topic
+    ]
+
+
+def _chunk(
+    call_id: str, seq: int, offset: int, *, end: bool = False, loud: bool = False
+) -> _Message:
+    """20 ms of digital silence (or, ``loud``, of a constant level an ``EnergyVad`` hears)."""
+    pcm = np.full(320, 8000 if loud else 0, dtype="<i2").tobytes()
     chunk = AudioChunk(
-        call_id, "mono", seq, 16000, Encoding.PCM_S16LE, memoryview(bytes(640)), end_of_stream=end
+        call_id, "mono", seq, 16000, Encoding.PCM_S16LE, memoryview(pcm), end_of_stream=end
     )
     return _Message(*encode_chunk(chunk), offset)
 
@@ -193,20 +261,110 @@ class _Speech(_Silence):
 
 
 def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
-    clock = ManualClock(1_000_000)
-    settings = Settings(worker=dataclasses.replace(WorkerSettings(), max_pending_jobs=2))
-    engine = StreamingEngine(_Hears(), _Speech(), EngineConfig(), clock)
     registry = CollectorRegistry()
-    worker = AsrWorker(settings, engine, metrics=WorkerMetrics(registry), clock=clock)
-    worker._partitions[0] = PartitionProgress(0)
+    worker, _ = _worker(ManualClock(1_000_000), _Speech(), registry, max_pending_jobs=2)
     for seq in range(60):  # 1.2 s of "speech" on three calls: a partial due on each
         for n in range(3):
             worker._handle(_chunk(f"call-{n}", seq, 3 * seq + n))
-    engine.step(max_jobs=0)  # VAD only
-    assert len(engine.due_partials()) == 3
-    for _ in range(5):  # five loop iterations while thinning: the same three partials wait
-        assert worker._thinning()
+    worker._engine.step(max_jobs=0)  # VAD only
+    assert len(worker._engine.due_partials()) == 3
+    # Five loop iterations while thinning, without decoding: every other one sheds partials,
+    # and the same three partials wait throughout.
+    assert [worker._partials_this_step() for _ in range(5)] == [False, True, False, True, False]
+    assert worker.status.thinning
     assert registry.get_sample_value("asr_partials_thinned_total") == 3
+
+
+def _speaking(calls: int, seconds: int) -> list[_Message]:
+    return [
+        _chunk(f"call-{n}", seq, calls * seq + n)
+        for seq in range(50 * seconds)
+        for n in range(calls)
+    ]
+
+
+def test_many_speaking_callers_get_thinned_partials_and_are_never_paused_for_them() -> None:
+    # Six channels speaking at once against a pending budget of four: partials are due on all
+    # of them all the time. They are thinned, not starved, and never pause the partitions (a
+    # pause would last until the idle timeout ended every call).
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock, _Speech(), max_pending_jobs=4, max_step_jobs=2)
+    consumer = worker._consumer
+    consumer.queue = _speaking(6, 4)
+    worker._worker = dataclasses.replace(worker._worker, poll_batch=30)
+    for _ in range(400):
+        worker._iteration()
+        clock.advance(100)
+        if not consumer.queue:
+            break
+    assert not consumer.queue
+    assert consumer.pauses == 0
+    assert "partials_thinned" in _types(producer)
+    assert worker._partials.sent > 20
+    assert "session_ended" not in _types(producer)
+    assert worker.status.dead_letters == 0
+
+
+def test_a_paused_or_stalled_worker_does_not_take_silence_for_hang_ups() -> None:
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock)
+    worker._consumer.queue = _speaking(2, 1)
+    worker._iteration()
+    clock.advance(60_000)  # the loop stalls for a minute (commit retries, say)
+    worker._iteration()
+    engine: Any = worker._engine
+    engine.pending_finals = lambda: 1_000  # then a backlog of finals pauses it for a minute
+    for _ in range(60):
+        clock.advance(1_000)
+        worker._iteration()
+    assert worker.status.paused
+    del engine.pending_finals
+    worker._iteration()
+    assert not worker.status.paused
+    worker._commit()
+    assert "session_ended" not in _types(producer)
+    for _ in range(30):  # 30 s of fetching without a chunk: now they are idle
+        clock.advance(1_100)
+        worker._iteration()
+    worker._commit()
+    assert _types(producer).count("session_ended") == 2
+
+
+def test_a_session_restored_by_a_takeover_is_closed_when_its_caller_is_gone() -> None:
+    # The publisher died without end-of-stream; the owner checkpointed the quiet session and
+    # died too. The survivor gets no chunk of it, ever: the idle timeout still ends it.
+    clock = ManualClock(1_000_000)
+    first, committed = _worker(clock)
+    first._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    first._iteration()
+    first._commit()
+    survivor, producer = _takeover(clock, committed)
+    for _ in range(40):
+        clock.advance(1_000)
+        survivor._iteration()
+    survivor._commit()
+    assert _types(producer).count("session_ended") == 1
+    assert not survivor._engine.sessions
+
+
+def test_a_partition_not_fetched_yet_keeps_its_handled_offset() -> None:
+    # A takeover that commits before its first fetch must not rewind handled_through: the
+    # replay would dead-letter again what the dead owner already had.
+    clock = ManualClock(1_000_000)
+    first, committed = _worker(clock)
+    bad = _Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 5)
+    first._consumer.queue = [*(_chunk("c1", seq, seq) for seq in range(5)), bad]
+    first._iteration()
+    first._commit()
+    assert first._partitions[0].handled_through == 5
+    survivor, producer = _takeover(clock, committed)
+    clock.advance(2_000)
+    survivor._iteration()  # nothing fetched yet; a commit is due
+    assert survivor._partitions[0].handled_through == 5
+    survivor._consumer.queue = [bad]  # replayed from the committed offset
+    survivor._iteration()
+    survivor._commit()
+    assert not any("dlq" in topic for topic, *_ in producer.committed)
 
 
 def test_a_loop_that_stops_iterating_is_reported_stalled(monkeypatch: Any) -> None:
@@ -218,3 +376,68 @@ def test_a_loop_that_stops_iterating_is_reported_stalled(monkeypatch: Any) -> No
     assert worker.stalled() is None
     monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1001.0 + LOOP_STALL_S)
     assert "no iteration for 361 s" in (worker.stalled() or "")
+
+
+def test_an_ended_call_is_not_forgotten_while_a_replay_would_still_read_it() -> None:
+    # Call L talks without a pause, so no snapshot of it ever covers its records: the committed
+    # offset stays at its first record. Call X ends meanwhile; forgetting X after the retention
+    # would let a replay from that offset take X for a new call and publish its finals again.
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock, EnergyVad())
+    worker._consumer.queue = [
+        _chunk(call, seq, 2 * seq + index, loud=call == "L" or seq < 50, end=seq == 149)
+        for seq in range(150)
+        for index, call in enumerate(("L", "X"))
+        if call == "X" or seq < 149
+    ]
+    for _ in range(40):
+        worker._iteration()
+        clock.advance(100)
+    x = SessionKey("X", "mono")
+    assert x in worker._ended
+    clock.advance(RETENTION_MS)
+    worker._commit()
+    assert worker._partitions[0].low_watermark() == 0  # L still needs its first record
+    assert x in worker._ended
+    assert (encode_key(x), None) not in _checkpoints(producer)
+
+    worker._consumer.queue = [_chunk("L", 149, 298, end=True)]  # L ends: nothing is needed
+    for _ in range(3):
+        worker._iteration()
+    worker._commit()
+    assert x not in worker._ended
+    assert (encode_key(x), None) in _checkpoints(producer)
+
+
+class _PickyVad(_Silence):
+    """A VAD whose state import fails on what it did not export (as silero's reshape does)."""
+
+    def export_state(self, state: Any) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        return (0.0, 0.0), (0.0,)
+
+    def import_state(self, data: Any) -> object:
+        if len(data[0]) % 2:
+            raise RuntimeError("shape '[2, -1]' is invalid for input of size 3")
+        return None
+
+
+def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_worker() -> None:
+    clock = ManualClock(1_000_000)
+    first, committed = _worker(clock, _PickyVad())
+    first._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    first._iteration()
+    first._commit()
+    damaged = []
+    for topic, key, value, headers in committed.committed:
+        if "checkpoints" in topic and value is not None and b"snapshot" in value:
+            record = orjson.loads(value)
+            if record["snapshot"] is not None:
+                record["snapshot"]["vad_state"][0] = record["snapshot"]["vad_state"][1] * 3
+                value = orjson.dumps(record)
+        damaged.append((topic, key, value, headers))
+    committed.committed = damaged
+    survivor, _ = _takeover(clock, committed, vad=_PickyVad())
+    assert SessionKey("c1", "mono") not in survivor._engine.sessions  # replayed, not restored
+    survivor._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10, 20)]
+    survivor._iteration()
+    assert SessionKey("c1", "mono") in survivor._engine.sessions
