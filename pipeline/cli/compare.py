@@ -9,6 +9,7 @@ set), 1 when ``--max-wer-increase`` is exceeded, 2 for unreadable input.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,16 +107,21 @@ def _write(target: str, text: str) -> None:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    if args.max_wer_increase is not None and args.max_wer_increase < 0:
-        raise ConfigError("--max-wer-increase must be >= 0")
+    if args.max_wer_increase is not None and not 0 <= args.max_wer_increase < math.inf:
+        raise ConfigError(
+            f"--max-wer-increase must be >= 0 and finite, got {args.max_wer_increase}"
+        )
     if args.boundary_tolerance_ms < 0:
         raise ConfigError("--boundary-tolerance-ms must be >= 0")
     refs = None
     if args.refs:
         try:
-            refs = parse_refs(Path(args.refs).read_text(encoding="utf-8"), args.refs)
+            # utf-8-sig: spreadsheet exports often start with a BOM, which would hide the first id
+            refs = parse_refs(Path(args.refs).read_text(encoding="utf-8-sig"), args.refs)
         except OSError as error:
             raise ConfigError(f"cannot read {args.refs}: {error.strerror or error}") from None
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"cannot read {args.refs}: not UTF-8 text ({error})") from None
     comparison = compare_runs(
         load_run(args.baseline),
         load_run(args.candidate),

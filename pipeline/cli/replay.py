@@ -107,6 +107,9 @@ def _replay(args: argparse.Namespace) -> int:
     from pipeline.replay.runner import ReplayOptions, ReplayRunner, StreamClock
     from pipeline.worker.admission import AdmissionLimits
 
+    if args.output and Path(args.output).is_dir():  # found out now, not after the whole replay
+        raise ConfigError(f"--output {args.output} is a directory; name a file")
+
     settings = settings_from_args(args)
     if args.step_ms <= 0:
         raise ConfigError("--step-ms must be positive")
@@ -209,6 +212,9 @@ def _write_atomically(path: Path, lines: Iterable[bytes]) -> None:
             for line in lines:
                 stream.write(line)
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {path}: {error.strerror or error}") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise

@@ -9,7 +9,9 @@ line to stderr about once a second and a summary at the end (JSON with ``--json`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import secrets
 import sys
 import time
@@ -25,7 +27,7 @@ import numpy.typing as npt
 from pipeline.cli.options import add_env_option, settings_from_args
 from pipeline.cli.publish import add_common_publish_options, load_frames
 from pipeline.contracts import AudioChunk, Encoding
-from pipeline.errors import ConfigError, PublishError
+from pipeline.errors import ConfigError, PublishError, StreamscribeError
 from pipeline.producer import AudioPublisher, CallStream
 from pipeline.producer.chunking import encode_samples, split_frames
 from pipeline.producer.loadgen import (
@@ -246,6 +248,14 @@ class _Run:
             self._end(call_index)
             self.calls_truncated += 1
 
+    def end_open_calls(self) -> None:
+        """Send end-of-stream on every call still open (a run cut short): best effort, the
+        first error is left to the caller's own."""
+        for call_index in list(self.streams):
+            stream, _ = self.streams.pop(call_index)
+            with contextlib.suppress(StreamscribeError):
+                stream.end()
+
     def _end(self, call_index: int) -> None:
         stream, _ = self.streams.pop(call_index)
         self.good_records += stream.end()
@@ -268,6 +278,8 @@ class _Run:
 def _simulate(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     sources = _load_sources(args.audio_dir)
+    if not 0 < args.duration_s < math.inf:
+        raise ConfigError(f"--duration-s must be a positive number, got {args.duration_s}")
     spec = LoadSpec(
         max_calls=args.calls,
         duration_ms=round(args.duration_s * 1000),
@@ -287,23 +299,26 @@ def _simulate(args: argparse.Namespace) -> int:
         run = _Run(publisher, sources, spec, prefix, args.tenant, settings.worker.max_chunk_bytes)
         last_report_s = started_s
         last_records = 0
-        for tick in schedule:
-            if pacer is not None:
-                pacer.wait_until(tick.at_ms)
-            run.play(tick)
-            now_s = time.monotonic()
-            if now_s - last_report_s >= PROGRESS_INTERVAL_S:
-                records = run.good_records + run.bad_records
-                rate = (records - last_records) / (now_s - last_report_s)
-                print(
-                    f"simulate: {tick.at_ms / 1000:7.1f}/{spec.duration_ms / 1000:.1f} s | "
-                    f"calls active {len(run.streams)} done "
-                    f"{run.calls_completed + run.calls_truncated} | {rate:,.0f} chunks/s | "
-                    f"bad {run.bad_records}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                last_report_s, last_records = now_s, records
+        try:
+            for tick in schedule:
+                if pacer is not None:
+                    pacer.wait_until(tick.at_ms)
+                run.play(tick)
+                now_s = time.monotonic()
+                if now_s - last_report_s >= PROGRESS_INTERVAL_S:
+                    records = run.good_records + run.bad_records
+                    rate = (records - last_records) / (now_s - last_report_s)
+                    print(
+                        f"simulate: {tick.at_ms / 1000:7.1f}/{spec.duration_ms / 1000:.1f} s | "
+                        f"calls active {len(run.streams)} done "
+                        f"{run.calls_completed + run.calls_truncated} | {rate:,.0f} chunks/s | "
+                        f"bad {run.bad_records}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    last_report_s, last_records = now_s, records
+        finally:
+            run.end_open_calls()  # an error or Ctrl-C must not leave the workers waiting
     if run.bad_failures:
         raise PublishError(
             f"{len(run.bad_failures)} bad record(s) not delivered: {run.bad_failures[0]}",

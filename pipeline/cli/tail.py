@@ -218,7 +218,10 @@ def _tail(args: argparse.Namespace) -> int:
     prefix = settings.kafka.topic_prefix
     partials_topic = topic_name(TopicRole.PARTIALS, prefix)
     finals_topic = topic_name(TopicRole.FINALS, prefix)
-    consumer = Consumer(_tail_consumer_config(settings, args.from_beginning))
+    try:
+        consumer = Consumer(_tail_consumer_config(settings, args.from_beginning))
+    except KafkaException as error:
+        raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
     stdout = sys.stdout
     tty = stdout.isatty()
     view = TailView(stdout, as_json=args.json, tty=tty, width=shutil.get_terminal_size().columns)

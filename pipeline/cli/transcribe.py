@@ -72,6 +72,8 @@ def _transcribe(args: argparse.Namespace) -> int:
     from pipeline.asr.factory import build_engine
     from pipeline.asr.session import SessionKey
 
+    if args.chunk_ms <= 0:
+        raise ConfigError(f"--chunk-ms must be positive, got {args.chunk_ms}")
     settings = settings_from_args(args)
     calls = _load(args.files)
     asr = settings.asr

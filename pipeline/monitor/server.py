@@ -221,8 +221,8 @@ class MonitorServer:
             async with session.get(url) as response:
                 if response.status != 200:
                     return failed_scrape(url, at_ms, f"HTTP {response.status}")
-                text = await response.text()
-        except (aiohttp.ClientError, TimeoutError) as error:
+                text = await response.text(errors="replace")  # bad bytes: a failed parse below
+        except (aiohttp.ClientError, TimeoutError, ValueError) as error:
             return failed_scrape(url, at_ms, str(error) or type(error).__name__)
         try:
             return parse_worker_metrics(url, text, at_ms)

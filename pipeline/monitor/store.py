@@ -594,4 +594,4 @@ def _preview(text: str) -> str:
 
 def _index_of(utterance_id: str) -> int:
     tail = utterance_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isdigit() else 0
+    return int(tail) if tail.isascii() and tail.isdigit() else 0

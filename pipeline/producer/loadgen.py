@@ -86,8 +86,10 @@ class LoadSpec:
             raise ConfigError(f"--duration-s must be positive, got {self.duration_ms / 1000}")
         if self.chunk_ms <= 0:
             raise ConfigError(f"--chunk-ms must be positive, got {self.chunk_ms}")
-        if self.arrival_rate_per_s is not None and not self.arrival_rate_per_s > 0:
-            raise ConfigError(f"--arrival-rate must be positive, got {self.arrival_rate_per_s}")
+        if self.arrival_rate_per_s is not None and not 0 < self.arrival_rate_per_s < math.inf:
+            raise ConfigError(
+                f"--arrival-rate must be a positive number, got {self.arrival_rate_per_s}"
+            )
         if not 0.0 <= self.bad_rate <= 1.0:
             raise ConfigError(f"--bad-rate must be within [0, 1], got {self.bad_rate}")
 
@@ -234,14 +236,12 @@ def _arrival_times(spec: LoadSpec, rng: random.Random) -> list[int]:
     times: list[int] = []
     at_s = 0.0
     while True:
-        gap_s = (
-            rng.expovariate(spec.arrival_rate_per_s)
-            if spec.arrival is Arrival.POISSON
-            else 1.0 / spec.arrival_rate_per_s
-        )
-        if times or spec.arrival is Arrival.POISSON:
-            at_s += gap_s
-        at_ms = math.ceil(at_s * 1000 / spec.chunk_ms) * spec.chunk_ms
+        if spec.arrival is Arrival.POISSON:
+            at_s += rng.expovariate(spec.arrival_rate_per_s)
+        else:  # the n-th arrival at n / rate, computed afresh: summed gaps drift by a tick
+            at_s = len(times) / spec.arrival_rate_per_s
+        # Rounded to the µs first: 0.3 s must not come out as 300.00000000000006 ms.
+        at_ms = math.ceil(round(at_s * 1000, 3) / spec.chunk_ms) * spec.chunk_ms
         if at_ms >= spec.duration_ms:
             return times
         times.append(at_ms)

@@ -257,6 +257,15 @@ class AudioPublisher:
         self._transport.poll(0)
         self._raise_failures()
 
+    def failed_deliveries(self) -> PublishError | None:
+        """``check``, returning its error instead of raising it (the failures are reported
+        once either way)."""
+        try:
+            self.check()
+        except PublishError as error:
+            return error
+        return None
+
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every record sent so far is delivered.
 
@@ -308,6 +317,11 @@ class AudioPublisher:
         )
 
     def _send(self, chunk: AudioChunk, on_delivery: DeliveryCallback) -> None:
+        if self._closed:
+            raise ConfigError(
+                f"the publisher is closed: call {chunk.call_id!r} {chunk.channel} seq "
+                f"{chunk.seq} not sent"
+            )
         key, value, headers = encode_chunk(chunk)
         # Only the names, not the chunk: its payload need not outlive librdkafka's copy.
         call_id, channel, seq = chunk.call_id, chunk.channel, chunk.seq
@@ -381,11 +395,18 @@ class CallStream:
         None, the channel's timeline continues (its first push takes the clock's time).
 
         Raises:
-            PublishError: an earlier record's delivery failed.
-            ConfigError: unknown channel.
+            PublishError: an earlier record's delivery failed (of this call or another): raised
+                after this push's audio was taken and sent, so none of it is lost.
+            ConfigError: unknown channel, or the publisher is closed.
             ContractError: the channel has ended, or the audio is not whole samples.
         """
-        self._publisher.check()
+        earlier = self._publisher.failed_deliveries()
+        sent = self._push(channel, audio, capture_ms)
+        if earlier is not None:
+            raise earlier
+        return sent
+
+    def _push(self, channel: str, audio: AudioInput, capture_ms: int | None) -> int:
         state = self._open_channel(channel)
         payload = encode_samples(audio, self.encoding)
         if capture_ms is None and not state.cutter.anchored:
@@ -400,10 +421,14 @@ class CallStream:
         columns = split_frames(frames, len(self._channels))
         if capture_ms is None and not all(c.cutter.anchored for c in self._channels.values()):
             capture_ms = self._publisher.clock.now_ms()
-        return sum(
-            self.push(label, column, capture_ms)
+        earlier = self._publisher.failed_deliveries()
+        sent = sum(
+            self._push(label, column, capture_ms)
             for label, column in zip(self._channels, columns, strict=True)
         )
+        if earlier is not None:
+            raise earlier  # after every channel took its audio (see ``push``)
+        return sent
 
     def flush(self, channel: str | None = None) -> int:
         """Send the remainder of ``channel`` (every channel when None) as a record flagged

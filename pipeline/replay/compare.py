@@ -186,6 +186,8 @@ class GateResult:
     def passed(self) -> bool:
         if self.max_increase_pct is None:
             return True
+        if math.isnan(self.increase_pct):
+            return False  # both runs infinitely wrong (words on an empty reference): no verdict
         return not self.increase_pct > self.max_increase_pct + 1e-9
 
 

@@ -171,7 +171,10 @@ def _parse_lines(label: str, lines: Sequence[bytes]) -> Run:
                 )
             header = data
         elif kind == "call":
-            for channel in data.get("channels", []):
+            channels = data.get("channels")
+            if not isinstance(channels, list) or not all(isinstance(c, dict) for c in channels):
+                raise ConfigError(f"{label}:{number}: a call line whose channels are not objects")
+            for channel in channels:
                 streams.add((str(data.get("call_id")), str(channel.get("channel"))))
         elif kind in ("final", None) and data.get("schema") == FINAL_SCHEMA:
             try:

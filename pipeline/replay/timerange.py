@@ -40,7 +40,7 @@ def parse_time(text: str, now_ms: int, flag: str = "--from") -> int:
         ConfigError: the text is none of them.
     """
     value = text.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return int(value)
     if value == "now":
         return now_ms

@@ -75,3 +75,27 @@ def test_simulate_refuses_a_bad_load(tmp_path: Path, capsys: pytest.CaptureFixtu
     argv = [*NO_BROKER, "simulate", "--audio-dir", str(tmp_path), "--bad-rate", "2"]
     assert main(argv) == 2
     assert "--bad-rate must be within [0, 1]" in _one_error_line(capsys)
+
+
+def test_simulate_ends_its_open_calls_when_a_delivery_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipeline.cli import simulate
+    from pipeline.producer import AudioPublisher
+    from tests.unit.producer.fakes import FakeTransport
+
+    transport = FakeTransport(fail=lambda index: "Broker: boom" if index == 3 else None)
+    fake = AudioPublisher(transport, topic="audio.chunks")
+    monkeypatch.setattr(simulate.AudioPublisher, "connect", lambda *_, **__: fake)
+    _wav(tmp_path / "call.wav", 8000, 2, num_frames=8000 * 20)  # 20 s: still open at the failure
+    argv = ["simulate", "--audio-dir", str(tmp_path), "--calls", "3", "--no-realtime"]
+    argv += ["--duration-s", "5"]
+    assert main(argv) == 1  # the failed delivery is reported
+    assert "Broker: boom" in capsys.readouterr().err
+    ends: dict[tuple[bytes, bytes], int] = {}
+    for record in transport.records:
+        headers = dict(record.headers)
+        key = (record.key or b"", headers["ss-channel"])
+        ends[key] = ends.get(key, 0) + (headers.get("ss-end-of-stream") == b"1")
+    assert ends  # calls were started, and every channel of each got its end-of-stream
+    assert set(ends.values()) == {1}

@@ -74,6 +74,17 @@ def test_compare_exits_1_on_a_regression_and_writes_both_reports(
     assert "| split | 1 |" in report_md.read_text()
 
 
+def test_compare_reads_refs_saved_with_a_byte_order_mark(
+    runs: tuple[Path, Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, worse, refs = runs
+    with_bom = tmp_path / "bom.tsv"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + refs.read_bytes())  # as spreadsheets export it
+    argv = ["compare", str(base), str(worse), "--refs", str(with_bom), "--max-wer-increase", "0.5"]
+    assert main(argv) == 1  # the first reference still counts: the regression is caught
+    assert capsys.readouterr().err.startswith("compare: FAIL")
+
+
 def test_compare_json_to_stdout(
     runs: tuple[Path, Path, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -105,6 +116,8 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["compare", "missing.jsonl", "missing.jsonl"], "cannot read missing.jsonl"),
         (["compare", "{base}", "{base}", "--refs", "nope.tsv"], "cannot read nope.tsv"),
         (["compare", "{base}", "{base}", "--max-wer-increase", "-1"], "must be >= 0"),
+        (["compare", "{base}", "{base}", "--max-wer-increase", "nan"], "must be >= 0"),
+        (["compare", "{base}", "{base}", "--refs", "{latin1_refs}"], "not UTF-8 text"),
         (["compare", "{base}", "{base}", "--refs", "{bad_refs}"], "expected 'id<TAB>text'"),
         (["compare", "{base}", "{base}", "--refs", "{other_refs}"], "no stream of either run"),
         (["compare", "{base}", "{junk}"], "junk.jsonl:1: not JSON"),
@@ -120,7 +133,9 @@ def test_compare_user_mistakes_exit_2(
     (tmp_path / "bad.tsv").write_text("no tab\n")
     (tmp_path / "other.tsv").write_text("someone_else\ttext\n")
     (tmp_path / "junk.jsonl").write_text("{oops\n")
+    (tmp_path / "latin1.tsv").write_bytes("u0\tr\xe9set\n".encode("latin-1"))
     names = {
+        "latin1_refs": str(tmp_path / "latin1.tsv"),
         "base": str(runs[0]),
         "bad_refs": str(tmp_path / "bad.tsv"),
         "other_refs": str(tmp_path / "other.tsv"),

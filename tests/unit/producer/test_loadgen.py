@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 
 import pytest
@@ -16,6 +17,7 @@ from pipeline.producer.loadgen import (
     LoadSpec,
     SourceShape,
     Tick,
+    _arrival_times,
     make_bad_record,
 )
 
@@ -147,6 +149,8 @@ def test_impossible_bad_records_are_refused() -> None:
         ({"max_calls": 0}, "--calls"),
         ({"duration_ms": 0}, "--duration-s"),
         ({"arrival_rate_per_s": 0.0}, "--arrival-rate"),
+        ({"arrival_rate_per_s": float("inf")}, "--arrival-rate"),
+        ({"arrival_rate_per_s": float("nan")}, "--arrival-rate"),
         ({"bad_rate": 1.5}, "--bad-rate"),
         ({"chunk_ms": -1}, "--chunk-ms"),
     ],
@@ -167,3 +171,13 @@ def test_schedule_needs_usable_sources() -> None:
         LoadSchedule(
             LoadSpec(max_calls=1, duration_ms=1000, chunk_ms=1), (SourceShape(11025, 5, ("mono",)),)
         )
+
+
+@pytest.mark.parametrize("rate_per_s", [10.0, 50.0, 3.0])
+def test_fixed_arrivals_land_on_their_exact_ticks(rate_per_s: float) -> None:
+    spec = LoadSpec(
+        max_calls=1000, duration_ms=2000, arrival_rate_per_s=rate_per_s, arrival=Arrival.FIXED
+    )
+    times = _arrival_times(spec, random.Random(0))
+    expected = [-(-round(n * 1000 / rate_per_s) // 20) * 20 for n in range(round(2 * rate_per_s))]
+    assert times == [t for t in expected if t < 2000]

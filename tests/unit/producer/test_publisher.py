@@ -152,11 +152,22 @@ def test_a_failed_delivery_raises_on_the_next_push_once() -> None:
     with pytest.raises(PublishError, match="seq 1: Broker: boom") as raised:
         call.push("mono", _tone(160))
     assert raised.value.failures == ("call 'c7' mono seq 1: Broker: boom",)
+    # The push that reported the failure still sent its own audio (record 2): nothing the
+    # caller handed over is dropped, and the timeline stays exact.
+    assert call.next_seq("mono") == 3
     call.push("mono", _tone(160))  # reported once; the caller decides what to do next
     call.end()
     publisher.close()
     summary = call.summary()
-    assert (summary.failed_records, summary.delivered_records) == (1, 3)
+    assert (summary.failed_records, summary.delivered_records) == (1, 4)
+    sent = [dict(record.headers) for record in transport.records]
+    assert [h["ss-seq"] for h in sent] == [b"0", b"1", b"2", b"3", b"4"]
+    assert [int(h["ss-capture-ms"]) - int(sent[0]["ss-capture-ms"]) for h in sent[:4]] == [
+        0,
+        20,
+        40,
+        60,
+    ]
     assert summary.partitions == (3,)
     assert transport.closed
 
@@ -226,3 +237,13 @@ def test_a_record_refused_at_once_is_counted_and_the_rest_of_the_push_is_sent() 
     assert call.summary().failed_records == 1
     call.end()
     assert [c.seq for c in transport.chunks()][-1] == 4
+
+
+def test_a_call_cannot_send_once_its_publisher_is_closed() -> None:
+    transport = FakeTransport()
+    publisher = _publisher(transport)
+    call = publisher.open_call("c-late", sample_rate_hz=8000)
+    publisher.close()
+    with pytest.raises(ConfigError, match="publisher is closed"):
+        call.push("mono", _tone(160))
+    assert transport.records == []
