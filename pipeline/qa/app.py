@@ -69,6 +69,7 @@ from pipeline.qa.records import (
 )
 from pipeline.qa.rules import QaRules
 from pipeline.qa.state import CallAnalytics, CallState
+from pipeline.qa.summary import fit_record
 from pipeline.qa.summary import to_json as summary_json
 from pipeline.runtime.admin import ApplyReport
 from pipeline.runtime.health import Readiness, ReadinessCheck
@@ -535,7 +536,7 @@ class QaApp:
             after, summary = self.analytics.publish(after, self._load_finals(after))
             if summary is not None:
                 # Delivered before the state that records it: a crash repeats, never loses it.
-                delivery = await self.calls_topic.send(key=call_id, value=summary_json(summary))
+                delivery = await self.calls_topic.send(key=call_id, value=fit_record(summary))
                 await delivery
                 self.metrics.count_published(summary.revision)
                 logger.info("published call %s revision %d", call_id, summary.revision)

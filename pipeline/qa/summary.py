@@ -175,6 +175,9 @@ class CallSummary:
     utterances: int
     model_ids: tuple[str, ...]
     schema: str = QA_CALL_SCHEMA
+    transcript_omitted: int = 0
+    """Transcript lines left out at the end to keep the record within ``MAX_SUMMARY_BYTES``
+    (``fit_record``); the statistics always cover every utterance."""
 
 
 def to_dict(summary: CallSummary) -> dict[str, Any]:
@@ -185,6 +188,34 @@ def to_dict(summary: CallSummary) -> dict[str, Any]:
 def to_json(summary: CallSummary) -> bytes:
     """Compact UTF-8 JSON with sorted keys (deterministic)."""
     return orjson.dumps(to_dict(summary), option=orjson.OPT_SORT_KEYS)
+
+
+MAX_SUMMARY_BYTES = 900_000
+"""Largest summary record: under the producer's 1,000,000-byte request limit and the broker's
+default ``max.message.bytes``, with room for the key and headers. About 2,500 transcript lines
+fit (a call of several hours)."""
+
+
+def fit_record(summary: CallSummary, max_bytes: int = MAX_SUMMARY_BYTES) -> bytes:
+    """``to_json(summary)``, with the transcript cut short (its first lines kept, the count of
+    the others in ``transcript_omitted``) when the whole record would exceed ``max_bytes``: a
+    record the producer refuses would never be published, and would be retried forever."""
+    record = to_json(summary)
+    if len(record) <= max_bytes:
+        return record
+    lines = summary.transcript
+    kept_low, kept_high = 0, len(lines)  # the answer lies in [low, high)
+    best = to_json(replace(summary, transcript=(), transcript_omitted=len(lines)))
+    while kept_high - kept_low > 1:
+        middle = (kept_low + kept_high) // 2
+        candidate = to_json(
+            replace(summary, transcript=lines[:middle], transcript_omitted=len(lines) - middle)
+        )
+        if len(candidate) <= max_bytes:
+            kept_low, best = middle, candidate
+        else:
+            kept_high = middle
+    return best
 
 
 def content_digest(summary: CallSummary) -> str:

@@ -11,12 +11,14 @@ import pytest
 
 from pipeline.qa.rules import DEFAULT_RULES, Outcome, QaRules
 from pipeline.qa.summary import (
+    MAX_SUMMARY_BYTES,
     CallMeta,
     CallStatus,
     EndReason,
     Interval,
     Monologue,
     content_digest,
+    fit_record,
     speech_span,
     summarize,
     to_json,
@@ -285,3 +287,26 @@ def test_reference_turns_of_the_fixture_calls_come_out_as_the_manifest_says(
     assert outcomes["recording_disclosure"] is (Outcome.PASS if disclosed else Outcome.FAIL)
     forbidden = outcomes["no_dismissive_language"]
     assert forbidden is (Outcome.FAIL if call["forbidden_phrases_present"] else Outcome.PASS)
+
+
+def test_a_summary_too_big_for_one_record_keeps_its_statistics_and_the_start_of_its_text() -> None:
+    # A long call: 3,000 utterances make a record of about a megabyte, which the
+    # producer would refuse (and the call would be retried forever).
+    finals = [
+        final(("agent", "customer")[n % 2], n // 2, "so I was saying that " * 6, 1000 + n * 16_000)
+        for n in range(3000)
+    ]
+    summary = summarize(ENDED, finals, DEFAULT_RULES)
+    assert len(to_json(summary)) > MAX_SUMMARY_BYTES
+    record = fit_record(summary)
+    assert len(record) <= MAX_SUMMARY_BYTES
+    data = orjson.loads(record)
+    validate("qa_call", data)
+    kept = len(data["transcript"])
+    assert 0 < kept < 3000
+    assert data["transcript_omitted"] == 3000 - kept
+    assert data["transcript"] == orjson.loads(to_json(summary))["transcript"][:kept]
+    assert data["utterances"] == 3000  # the statistics cover every utterance
+    assert fit_record(summarize(ENDED, FINALS, DEFAULT_RULES)) == to_json(
+        summarize(ENDED, FINALS, DEFAULT_RULES)
+    )
