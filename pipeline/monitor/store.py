@@ -250,6 +250,9 @@ class MonitorStore:
         self._calls: OrderedDict[str, _Call] = OrderedDict()
         self._changed: set[str] = set()
         self._evicted: set[str] = set()
+        # Calls evicted after they ended → when: a late record of one (its finals read after its
+        # events at start-up, say) brings it back as ended, not as a live call. Bounded.
+        self._ended_evicted: OrderedDict[str, int] = OrderedDict()
         self._dead_letters_ms: deque[int] = deque()
 
     @property
@@ -279,6 +282,7 @@ class MonitorStore:
         call = self._calls.get(call_id)
         if call is None:
             call = _Call(call_id, tenant or "default", started_ms=at_ms, last_record_ms=at_ms)
+            call.ended_ms = self._ended_evicted.pop(call_id, None)
             self._calls[call_id] = call
             self._evicted.discard(call_id)
             self._evict_over_limit(keep=call_id)
@@ -375,6 +379,11 @@ class MonitorStore:
             self._evict(victim)
 
     def _evict(self, call_id: str) -> None:
+        ended_ms = self._calls[call_id].ended_ms
+        if ended_ms is not None:
+            self._ended_evicted[call_id] = ended_ms
+            while len(self._ended_evicted) > max(self._limits.max_calls, 1000):
+                self._ended_evicted.popitem(last=False)
         del self._calls[call_id]
         self._changed.discard(call_id)
         self._evicted.add(call_id)

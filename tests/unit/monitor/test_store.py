@@ -334,3 +334,19 @@ def test_limits_are_checked() -> None:
         StoreLimits(max_calls=0)
     with pytest.raises(ValueError, match="max_age_ms"):
         StoreLimits(max_age_ms=0)
+
+
+def test_an_ended_call_evicted_before_its_finals_arrive_comes_back_ended() -> None:
+    # At start-up asr.events (small) is read far ahead of asr.finals: three calls end, the
+    # oldest is evicted, then its finals arrive. It must not come back as a live call.
+    clock = ManualClock(T0_MS + 3_600_000)
+    store = MonitorStore(StoreLimits(max_calls=2), clock)
+    for n, call_id in enumerate(["c1", "c2", "c3"]):
+        for channel in ("agent", "customer"):
+            store.apply(event(EventType.SESSION_STARTED, call_id, channel, at_ms=T0_MS + n))
+            store.apply(event(EventType.SESSION_ENDED, call_id, channel, at_ms=T0_MS + n + 9))
+    assert "c1" not in {row.call_id for row in store.search(CallQuery()).calls}
+    store.apply(said("c1", "agent", 0, "hello this call may be recorded", 1000))
+    assert "c1" not in {row.call_id for row in store.live_calls()}
+    [row] = [row for row in store.search(CallQuery()).calls if row.call_id == "c1"]
+    assert row.status is CallStatus.ENDED
