@@ -40,7 +40,7 @@ import asyncio
 import logging
 import ssl
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -656,6 +656,10 @@ class QaApp:
         if self._ready_since_ms is None:
             self._ready_since_ms = now_ms
         idle_checks = now_ms - self._ready_since_ms >= self.analytics.idle_timeout_ms
+        input_topic = self.input_topic.get_topic_name()
+        self.drop_unowned(
+            {tp.partition for tp in self.app.consumer.assignment() if tp.topic == input_topic}
+        )
         states = [CallState.from_json(raw) for raw in list(self.calls.values())]
         self.metrics.set_calls(sum(1 for s in states if not s.ended), len(states))
         for state in states:
@@ -663,6 +667,27 @@ class QaApp:
                 continue
             if self.analytics.tick_due(state, idle_checks=idle_checks):
                 self._tick_later(state.call_id, 0)
+
+    def drop_unowned(self, owned: set[int]) -> int:
+        """Forget, in this process only, the calls (and their finals) of input partitions it no
+        longer holds; returns how many calls. faust's memory store forgets only the keys it
+        restored from a changelog, not those this worker wrote, so after a rebalance they would
+        stay: ticked and counted here, listed by ``/calls``, published again if they timed out.
+        Deleted from the local store, never through the table: a tombstone in the changelog
+        would erase the new owner's state."""
+        if not owned:
+            return 0  # nothing assigned (yet): not a sign that another worker holds it all
+        calls, finals = _local_store(self.calls), _local_store(self.finals)
+        dropped = 0
+        for call_id in [key for key in list(calls) if self.partition_of(key) not in owned]:
+            calls.pop(call_id, None)
+            self._ticks_pending.discard(call_id)
+            dropped += 1
+        for uid in [key for key in list(finals) if self.partition_of(_call_of(key)) not in owned]:
+            finals.pop(uid, None)
+        if dropped:
+            logger.info("forgot %d call(s) of partitions now held by another worker", dropped)
+        return dropped
 
     # -- wiring --------------------------------------------------------------------------------
 
@@ -777,3 +802,14 @@ class QaApp:
         # Referenced so linters see the decorated definitions as used.
         self._agents = (forward_finals, forward_events, process, sweep)
         self._views = (CallView, CallsView, MetricsView, HealthView, ReadyView)
+
+
+def _local_store(table: Any) -> MutableMapping[str, bytes]:
+    """A table's storage (a plain mapping in unit tests): deletes there write no changelog."""
+    store: MutableMapping[str, bytes] = getattr(table, "data", table)
+    return store
+
+
+def _call_of(utterance_id: str) -> str:
+    """The call id of ``call_id:channel:index`` (channel labels hold no colon)."""
+    return utterance_id.rsplit(":", 2)[0]

@@ -112,12 +112,12 @@ def test_unsupported_security_is_a_config_error(client: dict[str, str]) -> None:
         faust_credentials(client)
 
 
-def _final_input(utterance_index: int) -> bytes:
+def _final_input(utterance_index: int, call_id: str = "call-1") -> bytes:
     final = Final(
-        call_id="call-1",
+        call_id=call_id,
         channel="agent",
         utterance_index=utterance_index,
-        utterance_id=utterance_id("call-1", "agent", utterance_index),
+        utterance_id=utterance_id(call_id, "agent", utterance_index),
         text="hello there",
         words=(
             Word(word="hello", start_ms=0, end_ms=300, probability=0.9),
@@ -146,3 +146,15 @@ def test_a_replayed_final_restores_a_final_lost_between_the_two_changelogs(app: 
     asyncio.run(app._process("call-1", _final_input(0)))  # replayed from the input topic
     assert list(tables["finals"]) == ["call-1:agent:0"]
     assert app.call_json("call-1") is not None
+
+
+def test_calls_of_partitions_another_worker_now_holds_are_forgotten_locally(app: QaApp) -> None:
+    tables: dict[str, dict[str, bytes]] = {"calls": {}, "finals": {}}
+    app.calls, app.finals = tables["calls"], tables["finals"]  # type: ignore[assignment]
+    calls = [f"call-{n}" for n in range(12)]
+    for call_id in calls:
+        asyncio.run(app._process(call_id, _final_input(0, call_id)))
+    kept = {app.partition_of(calls[0])}
+    assert app.drop_unowned(kept) == sum(app.partition_of(c) not in kept for c in calls)
+    assert set(tables["calls"]) == {c for c in calls if app.partition_of(c) in kept}
+    assert {uid.split(":")[0] for uid in tables["finals"]} == set(tables["calls"])
