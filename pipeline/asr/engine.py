@@ -387,7 +387,10 @@ class StreamingEngine:
     def _run_vad(self, sessions: Iterable[Session]) -> None:
         waiting = [s for s in sessions if s.frames_ready() > 0]
         while waiting:
-            frames = np.stack([s.next_vad_frame() for s in waiting])
+            if len(waiting) == 1:  # one stream catching up (a backlog): no copy into a batch
+                frames = waiting[0].next_vad_frame()[np.newaxis]
+            else:
+                frames = np.stack([s.next_vad_frame() for s in waiting])
             probs = self._vad.speech_probs(frames, [s.vad_state for s in waiting])
             for session, prob in zip(waiting, probs, strict=True):
                 session.apply_vad(float(prob))

@@ -183,6 +183,7 @@ class AsrWorker:
         self._shutdown_deadline: float | None = None  # monotonic, once stopping
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._skipped_partials = False  # whether the last step was one without partials
+        self._chunks_ok = 0  # admitted chunks of this iteration, not yet counted
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
@@ -257,6 +258,9 @@ class AsrWorker:
         self._tick_fetch_clock()
         for record in records:
             self._handle(record)
+        if self._chunks_ok:
+            self._metrics.count_chunk(ChunkOutcome.OK, self._chunks_ok)
+            self._chunks_ok = 0
         started = time.perf_counter()
         if self._catching_up():
             outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
@@ -413,7 +417,7 @@ class AsrWorker:
                 self._dead_letter(record, decision.reason, decision.detail, key)
             return
         if not replaying:
-            self._metrics.count_chunk(ChunkOutcome.OK)
+            self._chunks_ok += 1  # counted once per iteration (``_iteration``)
             if decision.new_session:
                 self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
             if decision.gap is not None:
