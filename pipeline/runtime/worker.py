@@ -262,7 +262,8 @@ class AsrWorker:
             self._metrics.count_chunk(ChunkOutcome.OK, self._chunks_ok)
             self._chunks_ok = 0
         started = time.perf_counter()
-        if self._catching_up():
+        catching_up = self._catching_up()
+        if catching_up:
             outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
         else:
             caught_up = bool(self._catch_up_partitions)
@@ -283,7 +284,8 @@ class AsrWorker:
         self._sample_gpu()
         for output in outputs:
             self._route(output)
-        self._close_idle_sessions()
+        if not catching_up:  # a restored session's chunks may still lie ahead in the backlog
+            self._close_idle_sessions()
         self._drain_notices()
         now_ms = self._clock.now_ms()
         if self._commit_needed or now_ms - self._last_commit_ms >= self._worker.commit_interval_ms:
