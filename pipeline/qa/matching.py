@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -73,8 +74,10 @@ class PhraseMatch:
 
 
 def normalize_words(text: str) -> list[str]:
-    """Lower-case words with punctuation removed and apostrophes dropped inside words."""
-    return _NOT_WORD.sub(" ", _APOSTROPHES.sub("", text.lower()).replace("_", " ")).split()
+    """Lower-case words with punctuation removed and apostrophes dropped inside words; text in
+    composed form first (``cafe`` + a combining accent is the word ``café``)."""
+    composed = unicodedata.normalize("NFC", text).lower()
+    return _NOT_WORD.sub(" ", _APOSTROPHES.sub("", composed).replace("_", " ")).split()
 
 
 def levenshtein(a: str, b: str) -> int:

@@ -396,7 +396,9 @@ def summarize(meta: CallMeta, finals: Iterable[Final], rules: QaRules) -> CallSu
         Interval(start_ms, end_ms, end_ms - start_ms)
         for start_ms, end_ms in _overlaps(channel_unions)
     )
-    gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(speech)]
+    # A zero-length span (a word Whisper timed at one instant) adds no speech: it splits no gap.
+    heard = [span for span in speech if span[1] > span[0]]
+    gaps = [later[0] - earlier[1] for earlier, later in itertools.pairwise(heard)]
 
     turns = _turns(spoken)
     tokens_by_channel = {

@@ -126,3 +126,15 @@ def test_a_verbatim_phrase_is_always_found_with_a_perfect_score(
     assert [match.score for match in found] == [1.0]
     assert found[0].first == len(before)
     assert found[0].last == len(before) + 4
+
+
+def test_decomposed_accents_make_one_word() -> None:
+    assert (
+        normalize_words("Cafe\u0301 au lait")
+        == normalize_words("Café au lait")
+        == [
+            "café",
+            "au",
+            "lait",
+        ]
+    )

@@ -310,3 +310,12 @@ def test_a_summary_too_big_for_one_record_keeps_its_statistics_and_the_start_of_
     assert fit_record(summarize(ENDED, FINALS, DEFAULT_RULES)) == to_json(
         summarize(ENDED, FINALS, DEFAULT_RULES)
     )
+
+
+def test_a_word_timed_at_one_instant_splits_no_silence() -> None:
+    agent = [final("agent", 0, "hello", 1000), final("agent", 1, "bye", 10_000)]  # gap 8600
+    instant = final("customer", 0, "uh", 5000, word_ms=0)  # 0 ms of speech at 5000
+    base = orjson.loads(to_json(summarize(ENDED, agent, DEFAULT_RULES)))
+    data = orjson.loads(to_json(summarize(ENDED, [*agent, instant], DEFAULT_RULES)))
+    assert data["speech_ms"] == base["speech_ms"]
+    assert data["longest_gap_ms"] == base["longest_gap_ms"] == 8600
