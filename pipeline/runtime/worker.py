@@ -966,7 +966,11 @@ class AsrWorker:
         logger.warning("partitions lost: %s", numbers)
         # Nothing of theirs may be committed now: another worker owns them. What was staged for
         # the other partitions is dropped too and replayed (their offsets were not committed).
-        self._outbox.clear()
+        # The worker's own events (backpressure, hotwords, dependencies) are no partition's:
+        # they stay, or they would never be published.
+        worker_key = self.worker_id.encode()
+        events = self._topics[TopicRole.EVENTS]
+        self._outbox = [r for r in self._outbox if r.topic == events and r.key == worker_key]
         self._finals_in_tx.clear()
         self._forget(numbers)
         self.status.assigned = self.status.assigned - frozenset(numbers)

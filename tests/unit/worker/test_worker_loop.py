@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
+from confluent_kafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.asr.engine import EngineConfig, StreamingEngine
@@ -441,3 +442,13 @@ def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_wo
     survivor._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10, 20)]
     survivor._iteration()
     assert SessionKey("c1", "mono") in survivor._engine.sessions
+
+
+def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> None:
+    worker, producer = _worker(ManualClock(1_000_000))
+    worker._handle(_chunk("c1", 0, 0))  # stages session_started (of partition 0)
+    worker.notify_dependency("redis", up=False, detail="connection refused")
+    worker._drain_notices()
+    worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
+    worker._commit()
+    assert _types(producer) == ["dependency_down", "partitions_lost"]
