@@ -257,15 +257,6 @@ class AudioPublisher:
         self._transport.poll(0)
         self._raise_failures()
 
-    def failed_deliveries(self) -> PublishError | None:
-        """``check``, returning its error instead of raising it (the failures are reported
-        once either way)."""
-        try:
-            self.check()
-        except PublishError as error:
-            return error
-        return None
-
     def flush(self, timeout_s: float | None = None) -> None:
         """Wait until every record sent so far is delivered.
 
@@ -400,10 +391,9 @@ class CallStream:
             ConfigError: unknown channel, or the publisher is closed.
             ContractError: the channel has ended, or the audio is not whole samples.
         """
-        earlier = self._publisher.failed_deliveries()
+        self._publisher._transport.poll(0)  # reports of earlier records, raised below
         sent = self._push(channel, audio, capture_ms)
-        if earlier is not None:
-            raise earlier
+        self._publisher._raise_failures()
         return sent
 
     def _push(self, channel: str, audio: AudioInput, capture_ms: int | None) -> int:
@@ -421,13 +411,12 @@ class CallStream:
         columns = split_frames(frames, len(self._channels))
         if capture_ms is None and not all(c.cutter.anchored for c in self._channels.values()):
             capture_ms = self._publisher.clock.now_ms()
-        earlier = self._publisher.failed_deliveries()
+        self._publisher._transport.poll(0)
         sent = sum(
             self._push(label, column, capture_ms)
             for label, column in zip(self._channels, columns, strict=True)
         )
-        if earlier is not None:
-            raise earlier  # after every channel took its audio (see ``push``)
+        self._publisher._raise_failures()  # after every channel took its audio (see ``push``)
         return sent
 
     def flush(self, channel: str | None = None) -> int:

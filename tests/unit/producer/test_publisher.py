@@ -247,3 +247,14 @@ def test_a_call_cannot_send_once_its_publisher_is_closed() -> None:
     with pytest.raises(ConfigError, match="publisher is closed"):
         call.push("mono", _tone(160))
     assert transport.records == []
+
+
+def test_a_failure_is_still_reported_after_a_push_that_raised_for_its_own_audio() -> None:
+    transport = FakeTransport(fail=lambda index: "Broker: boom" if index == 0 else None)
+    publisher = _publisher(transport)
+    call = publisher.open_call("c-odd", sample_rate_hz=8000)
+    call.push("mono", _tone(160))
+    with pytest.raises(ContractError):
+        call.push("mono", b"\x01")  # half a sample: this push's own mistake
+    with pytest.raises(PublishError, match="seq 0: Broker: boom"):
+        call.push("mono", _tone(160))
