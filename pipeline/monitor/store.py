@@ -25,9 +25,10 @@ Contracts:
 
 from __future__ import annotations
 
+import bisect
 import enum
 import math
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -253,7 +254,9 @@ class MonitorStore:
         # Calls evicted after they ended → when: a late record of one (its finals read after its
         # events at start-up, say) brings it back as ended, not as a live call. Bounded.
         self._ended_evicted: OrderedDict[str, int] = OrderedDict()
-        self._dead_letters_ms: deque[int] = deque()
+        # Emit times of recent chunk_rejected events, sorted: partitions are read interleaved,
+        # so they do not arrive in time order.
+        self._dead_letters_ms: list[int] = []
 
     @property
     def limits(self) -> StoreLimits:
@@ -338,8 +341,10 @@ class MonitorStore:
 
     def _apply_event(self, event: MonitorEvent) -> None:
         if event.type is EventType.CHUNK_REJECTED:
-            self._dead_letters_ms.append(event.emit_ms)
             self._prune_dead_letters()
+            oldest_ms = self._clock.now_ms() - self._limits.dead_letter_window_ms
+            if event.emit_ms >= oldest_ms:  # an old one (read late) is not in the window
+                bisect.insort(self._dead_letters_ms, event.emit_ms)
             return
         if event.call_id is None or event.channel is None:
             return
@@ -390,8 +395,7 @@ class MonitorStore:
 
     def _prune_dead_letters(self) -> None:
         oldest_ms = self._clock.now_ms() - self._limits.dead_letter_window_ms
-        while self._dead_letters_ms and self._dead_letters_ms[0] < oldest_ms:
-            self._dead_letters_ms.popleft()
+        del self._dead_letters_ms[: bisect.bisect_left(self._dead_letters_ms, oldest_ms)]
 
     def expire(self) -> int:
         """Evict calls whose newest record is older than ``max_age_ms``; returns how many."""

@@ -350,3 +350,15 @@ def test_an_ended_call_evicted_before_its_finals_arrive_comes_back_ended() -> No
     assert "c1" not in {row.call_id for row in store.live_calls()}
     [row] = [row for row in store.search(CallQuery()).calls if row.call_id == "c1"]
     assert row.status is CallStatus.ENDED
+
+
+def test_dead_letters_read_out_of_time_order_are_counted_by_their_own_time() -> None:
+    # Partitions are read interleaved: after a restart a recent dead letter can come before
+    # old ones. Only those within the window count.
+    clock = ManualClock(T0_MS + 3_600_000)
+    store = _store(clock, dead_letter_window_ms=60_000)
+    store.apply(event(EventType.CHUNK_REJECTED, None, None, at_ms=T0_MS + 3_590_000))
+    for minute in range(50):
+        store.apply(event(EventType.CHUNK_REJECTED, None, None, at_ms=T0_MS + minute * 60_000))
+    store.apply(event(EventType.CHUNK_REJECTED, None, None, at_ms=T0_MS + 3_560_000))
+    assert store.dead_letters_per_minute() == pytest.approx(2.0)
