@@ -319,7 +319,7 @@ class StreamingEngine:
     # -- work --------------------------------------------------------------------------------
 
     def pending_jobs(self) -> int:
-        """Sessions with a final queued or a partial due (a backpressure signal)."""
+        """Decodes a step would run now: finals queued, finals to decode ahead, partials due."""
         return len(self._due_jobs())
 
     def due_partials(self) -> list[SessionKey]:

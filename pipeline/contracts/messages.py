@@ -24,6 +24,7 @@ __all__ = [
     "Word",
     "to_json",
     "utterance_id",
+    "utterance_id_parts",
 ]
 
 PARTIAL_SCHEMA = "partial/1"
@@ -67,6 +68,16 @@ class EventType(enum.StrEnum):
 def utterance_id(call_id: str, channel: str, utterance_index: int) -> str:
     """The deterministic id of an utterance: ``{call}:{channel}:{index}``."""
     return f"{call_id}:{channel}:{utterance_index}"
+
+
+def utterance_id_parts(uid: str) -> tuple[str, str, str]:
+    """``utterance_id`` read back: ``(call id, channel, index as written)``. Call ids may hold
+    colons, channel labels do not. A malformed id gives what it has: no colon is all call id,
+    one colon is call id and index (channel ``""``)."""
+    parts = uid.rsplit(":", 2)
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    return parts[0], "", parts[1] if len(parts) == 2 else ""
 
 
 @dataclass(frozen=True, slots=True)

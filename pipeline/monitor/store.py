@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from pipeline.clock import Clock
-from pipeline.contracts.messages import EndpointReason, EventType, Final, Word
+from pipeline.contracts.messages import EndpointReason, EventType, Final, Word, utterance_id_parts
 from pipeline.monitor.records import MonitorEvent, MonitorRecord, PartialUpdate
 from pipeline.qa.matching import normalize_words
 from pipeline.qa.summary import CallStatus, CallSummary
@@ -605,6 +605,6 @@ def _preview(text: str) -> str:
     return text[: PREVIEW_CHARS - 1].rstrip() + "…"
 
 
-def _index_of(utterance_id: str) -> int:
-    tail = utterance_id.rsplit(":", 1)[-1]
-    return int(tail) if tail.isascii() and tail.isdigit() else 0
+def _index_of(uid: str) -> int:
+    index = utterance_id_parts(uid)[2]
+    return int(index) if index.isascii() and index.isdigit() else 0

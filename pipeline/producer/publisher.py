@@ -254,7 +254,7 @@ class AudioPublisher:
         Raises:
             PublishError: records reported undelivered since the last raise.
         """
-        self._transport.poll(0)
+        self._serve_reports()
         self._raise_failures()
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -295,6 +295,10 @@ class AudioPublisher:
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+    def _serve_reports(self) -> None:
+        """Run the delivery callbacks that are ready (failures are kept for ``_raise_failures``)."""
+        self._transport.poll(0)
 
     def _raise_failures(self) -> None:
         if not self._failures:
@@ -391,7 +395,7 @@ class CallStream:
             ConfigError: unknown channel, or the publisher is closed.
             ContractError: the channel has ended, or the audio is not whole samples.
         """
-        self._publisher._transport.poll(0)  # reports of earlier records, raised below
+        self._publisher._serve_reports()  # reports of earlier records, raised below
         sent = self._push(channel, audio, capture_ms)
         self._publisher._raise_failures()
         return sent
@@ -411,7 +415,7 @@ class CallStream:
         columns = split_frames(frames, len(self._channels))
         if capture_ms is None and not all(c.cutter.anchored for c in self._channels.values()):
             capture_ms = self._publisher.clock.now_ms()
-        self._publisher._transport.poll(0)
+        self._publisher._serve_reports()
         sent = sum(
             self._push(label, column, capture_ms)
             for label, column in zip(self._channels, columns, strict=True)

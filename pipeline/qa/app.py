@@ -55,7 +55,7 @@ from mode.utils.queues import FlowControlEvent
 from prometheus_client.exposition import choose_encoder
 
 from pipeline.clock import Clock, WallClock
-from pipeline.contracts.messages import Event, EventType, Final, to_json
+from pipeline.contracts.messages import Event, EventType, Final, to_json, utterance_id_parts
 from pipeline.errors import ConfigError
 from pipeline.qa.metrics import QaMetrics, RecordKind
 from pipeline.qa.records import (
@@ -683,7 +683,11 @@ class QaApp:
             calls.pop(call_id, None)
             self._ticks_pending.discard(call_id)
             dropped += 1
-        for uid in [key for key in list(finals) if self.partition_of(_call_of(key)) not in owned]:
+        for uid in [
+            key
+            for key in list(finals)
+            if self.partition_of(utterance_id_parts(key)[0]) not in owned
+        ]:
             finals.pop(uid, None)
         if dropped:
             logger.info("forgot %d call(s) of partitions now held by another worker", dropped)
@@ -808,8 +812,3 @@ def _local_store(table: Any) -> MutableMapping[str, bytes]:
     """A table's storage (a plain mapping in unit tests): deletes there write no changelog."""
     store: MutableMapping[str, bytes] = getattr(table, "data", table)
     return store
-
-
-def _call_of(utterance_id: str) -> str:
-    """The call id of ``call_id:channel:index`` (channel labels hold no colon)."""
-    return utterance_id.rsplit(":", 2)[0]
