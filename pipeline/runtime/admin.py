@@ -56,13 +56,21 @@ class TopicAdmin:
         resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in present]
         configs: dict[str, dict[str, str]] = {}
         for resource, future in self._client.describe_configs(resources).items():
-            entries: Mapping[str, Any] = self._result(future, resource.name)
+            try:
+                entries: Mapping[str, Any] = future.result()
+            except KafkaException as error:
+                if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # deleted since the metadata was read: absent
+                raise InfrastructureError(
+                    f"Kafka refused an operation on {resource.name}: {error}"
+                ) from None
             configs[resource.name] = {
                 key: entry.value for key, entry in entries.items() if entry.value is not None
             }
         return {
             name: ObservedTopic(name, len(metadata.topics[name].partitions), configs[name])
             for name in present
+            if name in configs
         }
 
     def _metadata(self) -> ClusterMetadata:

@@ -405,7 +405,9 @@ class AsrWorker:
         if known is not None and offset <= known.skip_through:
             return  # covered by the session's restored snapshot
         duration_ms = chunk.duration_ms
-        decision = self._admission.decide(key, chunk.seq, duration_ms, chunk.end_of_stream)
+        decision = self._admission.decide(
+            key, chunk.seq, duration_ms, chunk.end_of_stream, replaying=replaying
+        )
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
                 self._metrics.count_chunk(ChunkOutcome.DUPLICATE)

@@ -12,7 +12,9 @@ session expects ``next_seq``:
   or a replay after failover).
 - after the session's end-of-stream, ``seq >= next_seq`` → ``REJECT`` (``call_already_ended``).
 - audio beyond ``max_call_ms`` → ``REJECT`` (``call_too_long``); a new session beyond
-  ``max_open_sessions`` → ``REJECT`` (``too_many_sessions``).
+  ``max_open_sessions`` → ``REJECT`` (``too_many_sessions``), unless the chunk is *replayed*: an
+  earlier owner of the partition handled it, so the call was admitted there and its audio must
+  not be lost to this worker's load (the limit bounds new calls, not a takeover).
 """
 
 from __future__ import annotations
@@ -124,14 +126,21 @@ class Admission:
             self._open.add(key)
 
     def decide(
-        self, key: tuple[str, str], seq: int, duration_ms: float, end_of_stream: bool
+        self,
+        key: tuple[str, str],
+        seq: int,
+        duration_ms: float,
+        end_of_stream: bool,
+        *,
+        replaying: bool = False,
     ) -> Decision:
-        """Decide one chunk and, when admitted, advance the session's state."""
+        """Decide one chunk and, when admitted, advance the session's state. ``replaying``: an
+        earlier owner already handled the chunk (``max_open_sessions`` does not apply)."""
         state = self._sessions.get(key)
         new_session = state is None
         if state is None:
             limit = self._limits.max_open_sessions
-            if limit and self.open_sessions >= limit:
+            if limit and not replaying and self.open_sessions >= limit:
                 return Decision(
                     Verdict.REJECT,
                     RejectReason.TOO_MANY_SESSIONS,

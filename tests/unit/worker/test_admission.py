@@ -61,6 +61,18 @@ def test_limits_reject_long_calls_and_too_many_sessions() -> None:
     assert admission.decide(("call-2", "agent"), 0, 20.0, False).verdict is Verdict.ADMIT
 
 
+def test_a_replayed_chunk_opens_its_session_past_the_session_limit() -> None:
+    # An earlier owner admitted the call; the takeover must not lose its audio to the limit.
+    admission = Admission(AdmissionLimits(max_open_sessions=1))
+    admission.decide(KEY, 0, 20.0, False)
+    other = ("call-2", "agent")
+    assert admission.decide(other, 0, 20.0, False, replaying=True).verdict is Verdict.ADMIT
+    assert admission.decide(other, 1, 20.0, False).verdict is Verdict.ADMIT  # known from now on
+    assert admission.open_sessions == 2
+    third = admission.decide(("call-3", "agent"), 0, 20.0, False)
+    assert third.reason is RejectReason.TOO_MANY_SESSIONS
+
+
 def test_state_survives_a_dict_round_trip() -> None:
     state = AdmissionState(next_seq=7, ended=True, audio_ms=140.0, gaps=[(2, 4)])
     assert AdmissionState.from_dict(state.to_dict()) == state

@@ -452,3 +452,24 @@ def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> N
     worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
     worker._commit()
     assert _types(producer) == ["dependency_down", "partitions_lost"]
+
+
+def test_a_takeover_at_its_session_limit_still_replays_the_calls_the_dead_owner_admitted() -> None:
+    # The owner admitted L and died in the middle of L's speech (no snapshot covers it). The
+    # survivor is at its session limit with a call of its own: the replay of L must still go
+    # through, and L's next record too, not vanish (a replayed refusal is not dead-lettered).
+    clock = ManualClock(1_000_000)
+    first, committed = _worker(clock, _Speech())
+    first._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(10)]
+    first._iteration()
+    first._commit()
+    assert first._partitions[0].handled_through == 9
+    survivor, producer = _takeover(clock, committed, _Speech(), max_open_sessions=1)
+    assert survivor._admission.decide(("own", "mono"), 0, 20.0, False).verdict.value == "admit"
+    survivor._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(11)]
+    survivor._iteration()
+    survivor._commit()
+    assert SessionKey("L", "mono") in survivor._engine.sessions
+    assert survivor._admission.state(("L", "mono")) is not None
+    assert survivor._admission.state(("L", "mono")).next_seq == 11  # type: ignore[union-attr]
+    assert not any("dlq" in topic for topic, *_ in producer.committed)

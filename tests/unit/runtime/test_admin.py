@@ -1,0 +1,60 @@
+"""TopicAdmin against a fake admin client: what it makes of a topic deleted mid-observation."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from pipeline.errors import InfrastructureError
+from pipeline.runtime.admin import TopicAdmin
+from pipeline.settings import KafkaSettings
+
+
+class _Entry:
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+
+class _Admin:
+    """Lists both topics; describing ``gone`` fails with ``error`` (deleted in between)."""
+
+    def __init__(self, error: int) -> None:
+        self._error = error
+
+    def list_topics(self, timeout: float) -> Any:
+        partitions = {0: object(), 1: object()}
+        topics = {"kept": SimpleNamespace(partitions=partitions), "gone": SimpleNamespace()}
+        return SimpleNamespace(topics=topics)
+
+    def describe_configs(self, resources: list[Any]) -> dict[Any, Future[Any]]:
+        futures: dict[Any, Future[Any]] = {}
+        for resource in resources:
+            future: Future[Any] = Future()
+            if resource.name == "gone":
+                future.set_exception(KafkaException(KafkaError(self._error)))
+            else:
+                future.set_result({"cleanup.policy": _Entry("delete")})
+            futures[resource] = future
+        return futures
+
+
+def _admin(error: int) -> TopicAdmin:
+    admin = TopicAdmin(KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    admin._client = _Admin(error)  # type: ignore[assignment]
+    return admin
+
+
+def test_a_topic_deleted_between_listing_and_describing_is_absent() -> None:
+    observed = _admin(KafkaError.UNKNOWN_TOPIC_OR_PART).observe(["kept", "gone"])
+    assert list(observed) == ["kept"]
+    assert observed["kept"].partitions == 2
+    assert observed["kept"].config == {"cleanup.policy": "delete"}
+
+
+def test_any_other_refusal_is_an_infrastructure_error() -> None:
+    with pytest.raises(InfrastructureError, match="gone"):
+        _admin(KafkaError.TOPIC_AUTHORIZATION_FAILED).observe(["kept", "gone"])
