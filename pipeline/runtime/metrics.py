@@ -196,7 +196,7 @@ REQUEST_TOTAL = MetricSpec(
     "asr_request_total",
     MetricType.COUNTER,
     (LabelSpec("outcome", enum_values(ChunkOutcome)),),
-    "Audio chunks consumed from audio.chunks, by outcome.",
+    "Audio chunks consumed from audio.chunks, by outcome (counted once their commit succeeds).",
 )
 DURATION_SECONDS = MetricSpec(
     "asr_duration_seconds",
@@ -253,7 +253,7 @@ DLQ_TOTAL = MetricSpec(
             "reason", enum_values(RejectReason), doc="a `RejectReason` (the `dlq-reason` header)"
         ),
     ),
-    "Records written to audio.dlq, by reason.",
+    "Records written to audio.dlq, by reason (counted once their commit succeeds).",
 )
 HALLUCINATIONS_SUPPRESSED = MetricSpec(
     "asr_hallucinations_suppressed_total",
@@ -513,8 +513,8 @@ class WorkerMetrics:
     def set_paused_partitions(self, count: int) -> None:
         self._paused_partitions.set(count)
 
-    def count_dead_letter(self, reason: RejectReason | str) -> None:
-        self._dlq_total.labels(RejectReason(reason).value).inc()
+    def count_dead_letter(self, reason: RejectReason | str, count: int = 1) -> None:
+        self._dlq_total.labels(RejectReason(reason).value).inc(count)
 
     def count_suppressed_hallucination(self, guard: HallucinationGuard | str) -> None:
         self._hallucinations.labels(HallucinationGuard(guard).value).inc()

@@ -183,7 +183,9 @@ class AsrWorker:
         self._shutdown_deadline: float | None = None  # monotonic, once stopping
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._skipped_partials = False  # whether the last step was one without partials
-        self._chunks_ok = 0  # admitted chunks of this iteration, not yet counted
+        # Chunk outcomes since the last commit, counted in the metrics when that commit succeeds:
+        # a rewind handles the records again, and they must count once.
+        self._uncommitted = _UncommittedCounts()
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
@@ -258,9 +260,6 @@ class AsrWorker:
         self._tick_fetch_clock()
         for record in records:
             self._handle(record)
-        if self._chunks_ok:
-            self._metrics.count_chunk(ChunkOutcome.OK, self._chunks_ok)
-            self._chunks_ok = 0
         started = time.perf_counter()
         catching_up = self._catching_up()
         if catching_up:
@@ -410,7 +409,7 @@ class AsrWorker:
         )
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
-                self._metrics.count_chunk(ChunkOutcome.DUPLICATE)
+                self._uncommitted.duplicates += 1
             return
         if decision.verdict is Verdict.REJECT:
             ended = self._ended.get(key)
@@ -421,7 +420,7 @@ class AsrWorker:
                 self._dead_letter(record, decision.reason, decision.detail, key)
             return
         if not replaying:
-            self._chunks_ok += 1  # counted once per iteration (``_iteration``)
+            self._uncommitted.admitted += 1
             if decision.new_session:
                 self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
             if decision.gap is not None:
@@ -467,9 +466,7 @@ class AsrWorker:
             headers.append(("dlq-truncated-from-bytes", str(len(value)).encode()))
             value = value[:DEAD_LETTER_MAX_VALUE_BYTES]
         self._stage(self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers)
-        self._metrics.count_chunk(ChunkOutcome.REJECTED)
-        self._metrics.count_dead_letter(RejectReason(reason))
-        self.status.dead_letters += 1
+        self._uncommitted.dead_letter(RejectReason(reason))
         self._event(
             EventType.CHUNK_REJECTED,
             key,
@@ -663,6 +660,7 @@ class AsrWorker:
         self._last_commit_ms = now_ms
         self._commit_needed = False
         if not offsets and not self._outbox:
+            self._count_committed()
             return
         # Everything of this commit is produced now, so a transaction lives only for the
         # produce + commit round trips, never for a long recognizer step.
@@ -691,6 +689,7 @@ class AsrWorker:
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
             self._finals_in_tx.clear()
+            self._uncommitted = _UncommittedCounts()  # the rewind handles them again
             if self._stop.is_set():
                 # Shutting down: no rewind; the partitions' next owner replays the work.
                 raise InfrastructureError(f"the last commit failed: {error}") from None
@@ -698,6 +697,7 @@ class AsrWorker:
             return
         self._outbox.clear()
         self.status.commits += 1
+        self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
         self._metrics.set_dependency_up("kafka", True)
         committed_ms = self._clock.now_ms()
@@ -710,6 +710,18 @@ class AsrWorker:
         for progress in self._partitions.values():
             progress.checkpointed_handled_through = progress.handled_through
         self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
+
+    def _count_committed(self) -> None:
+        """Count the chunk outcomes of the commit that just succeeded."""
+        counts, self._uncommitted = self._uncommitted, _UncommittedCounts()
+        if counts.admitted:
+            self._metrics.count_chunk(ChunkOutcome.OK, counts.admitted)
+        if counts.duplicates:
+            self._metrics.count_chunk(ChunkOutcome.DUPLICATE, counts.duplicates)
+        for reason, count in counts.dead_letters.items():
+            self._metrics.count_chunk(ChunkOutcome.REJECTED, count)
+            self._metrics.count_dead_letter(reason, count)
+            self.status.dead_letters += count
 
     def _record_lag(self, partition: int, progress: PartitionProgress) -> None:
         lag = self._fetch_lag(partition, progress)
@@ -1167,6 +1179,18 @@ def _bounded(operation: Callable[[], object], bound_s: float = TRANSACTION_TIMEO
         )
     if failure:
         raise failure[0]
+
+
+@dataclass(slots=True)
+class _UncommittedCounts:
+    """Chunk outcomes handled since the last commit (``AsrWorker._count_committed``)."""
+
+    admitted: int = 0
+    duplicates: int = 0
+    dead_letters: dict[RejectReason, int] = field(default_factory=dict)
+
+    def dead_letter(self, reason: RejectReason) -> None:
+        self.dead_letters[reason] = self.dead_letters.get(reason, 0) + 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
 from pipeline.asr.engine import EngineConfig, StreamingEngine
@@ -473,3 +473,41 @@ def test_a_takeover_at_its_session_limit_still_replays_the_calls_the_dead_owner_
     assert survivor._admission.state(("L", "mono")) is not None
     assert survivor._admission.state(("L", "mono")).next_seq == 11  # type: ignore[union-attr]
     assert not any("dlq" in topic for topic, *_ in producer.committed)
+
+
+class _FailingOnce(_Producer):
+    """Its first commit fails (a retriable error, as when a broker is lost); later ones pass."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failures = 1
+
+    def commit_transaction(self, *_: Any) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "lost", retriable=False))
+        super().commit_transaction()
+
+    def abort_transaction(self, *_: Any) -> None:
+        self._open = []
+
+
+def test_chunks_handled_again_after_a_rewind_are_counted_once() -> None:
+    registry = CollectorRegistry()
+    worker, _ = _worker(ManualClock(1_000_000), registry=registry)
+    worker._tx = producer = _FailingOnce()
+    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._consumer.committed = lambda partitions, timeout: [  # nothing committed yet
+        TopicPartition("audio.chunks", 0, -1001)
+    ]
+    worker._consumer.seek = lambda tp: None
+    bad = _Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 3)
+    records = [*(_chunk("c1", seq, seq) for seq in range(3)), bad]
+    _run(worker, records)  # the commit fails: the worker rewinds to the committed offsets
+    assert registry.get_sample_value("asr_transaction_rewinds_total", {"cause": "failed"}) == 1
+    _run(worker, records)  # the replay from the committed offset
+    assert sum(1 for topic, *_ in producer.committed if "dlq" in topic) == 1
+    assert registry.get_sample_value("asr_dlq_total", {"reason": "missing_header"}) == 1
+    assert registry.get_sample_value("asr_request_total", {"outcome": "rejected"}) == 1
+    assert registry.get_sample_value("asr_request_total", {"outcome": "ok"}) == 3
+    assert worker.status.dead_letters == 1
