@@ -1,10 +1,11 @@
 """Word error rate: normalization, then a word-level Levenshtein alignment.
 
-Normalization (applied to reference and hypothesis alike): Unicode NFKC, lower case, hyphens
+Normalization (applied to reference and hypothesis alike): Unicode NFKC, case folded, hyphens
 and slashes become spaces (``two-year`` = ``two year``), apostrophes inside a word are kept
-(``that's``), every other punctuation character is dropped, whitespace splits words. Numbers are
-not spelled out: ``3`` ≠ ``three`` counts as an error, which the fixtures avoid by spelling
-numbers as words.
+(``that's``), a decimal point between digits is kept (``3.5`` ≠ ``35``) and a thousands comma
+dropped (``1,000`` = ``1000``), every other punctuation character is dropped (combining marks
+are part of their word: ``pipeline.text``), whitespace splits words. Numbers are not spelled
+out: ``3`` ≠ ``three`` counts as an error, which the fixtures avoid by spelling numbers as words.
 
 ``WER = (substitutions + deletions + insertions) / reference words``. Counts add up, so a corpus
 WER is the sum of per-utterance :class:`WordErrors`, not a mean of rates.
@@ -17,21 +18,27 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.text import replace_non_word
+
 __all__ = ["WordErrors", "normalize_words", "word_error_rate", "word_errors"]
 
 _SPLITTERS = re.compile(r"[-/\u2010-\u2015]")
 _APOSTROPHES = re.compile(r"[\u2018\u2019\u02bc]")
-_NOT_WORD = re.compile(r"[^\w\s']")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
+_KEPT_POINT = "\ue000"  # a private-use stand-in for a decimal point while punctuation goes
 _EDGE_APOSTROPHES = re.compile(r"(?<!\w)'|'(?!\w)")
 
 
 def normalize_words(text: str) -> list[str]:
     """The words of ``text`` after normalization (see the module docstring)."""
-    text = unicodedata.normalize("NFKC", text).lower()
+    text = unicodedata.normalize("NFKC", text).casefold()
     text = _APOSTROPHES.sub("'", text)
     text = _SPLITTERS.sub(" ", text)
-    text = _NOT_WORD.sub("", text)
-    text = _EDGE_APOSTROPHES.sub("", text)
+    text = _THOUSANDS.sub("", text)
+    text = _DECIMAL_POINT.sub(_KEPT_POINT, text)
+    text = " ".join(replace_non_word(word, "", keep="'" + _KEPT_POINT) for word in text.split())
+    text = _EDGE_APOSTROPHES.sub("", text).replace(_KEPT_POINT, ".")
     return text.split()
 
 

@@ -1,6 +1,6 @@
 """Word-level fuzzy phrase matching, tolerant of ASR errors (pure, no dependencies).
 
-Text is compared as normalized words (``normalize_words``: lower case, punctuation dropped,
+Text is compared as normalized words (``normalize_words``: case folded, punctuation dropped,
 apostrophes removed, so ``That's`` → ``thats``). A phrase matches a stretch of transcript when a
 word-level edit-distance alignment of the phrase against that stretch is cheap enough:
 
@@ -25,6 +25,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from pipeline.text import replace_non_word
+
 __all__ = [
     "MatchOptions",
     "PhraseMatch",
@@ -36,7 +38,6 @@ __all__ = [
 ]
 
 _APOSTROPHES = re.compile("['\u2019\u2018`]")
-_NOT_WORD = re.compile(r"[^\w]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +75,11 @@ class PhraseMatch:
 
 
 def normalize_words(text: str) -> list[str]:
-    """Lower-case words with punctuation removed and apostrophes dropped inside words; text in
-    composed form first (``cafe`` + a combining accent is the word ``café``)."""
-    composed = unicodedata.normalize("NFC", text).lower()
-    return _NOT_WORD.sub(" ", _APOSTROPHES.sub("", composed).replace("_", " ")).split()
+    """Case-folded words with punctuation removed and apostrophes dropped inside words; text in
+    composed form first (``cafe`` + a combining accent is the word ``café``); combining marks
+    stay in their word (``pipeline.text``: Devanagari vowel signs do not split a word)."""
+    composed = unicodedata.normalize("NFC", text).casefold()
+    return replace_non_word(_APOSTROPHES.sub("", composed).replace("_", " "), " ").split()
 
 
 def levenshtein(a: str, b: str) -> int:

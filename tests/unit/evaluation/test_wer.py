@@ -18,6 +18,10 @@ from pipeline.evaluation import WordErrors, normalize_words, word_error_rate, wo
         ("'quoted' words", ["quoted", "words"]),
         ("  ", []),
         ("X-Finity Internet Bill", ["x", "finity", "internet", "bill"]),
+        ("It costs 3.5, not 35.", ["it", "costs", "3.5", "not", "35"]),
+        ("1,000 or 1000", ["1000", "or", "1000"]),
+        ("STRASSE Straße", ["strasse", "strasse"]),
+        ("मैं हिन्दी बोलता हूँ।", ["मैं", "हिन्दी", "बोलता", "हूँ"]),
     ],
 )
 def test_normalization(text: str, words: list[str]) -> None:

@@ -41,6 +41,8 @@ def matched(text: str, phrase: str = PHRASE) -> list[str]:
         ("check-in at 9:30", ["check", "in", "at", "9", "30"]),
         ("  ", []),
         ("Don\u2019t", ["dont"]),
+        ("Straße, bitte", ["strasse", "bitte"]),
+        ("मुझे हिन्दी में बात करनी है", ["मुझे", "हिन्दी", "में", "बात", "करनी", "है"]),
     ],
 )
 def test_normalize_words(text: str, words: list[str]) -> None:
