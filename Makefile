@@ -7,8 +7,9 @@ PYTHON_BIN ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := redis-server redis-tools espeak-ng sox flite festival festvox-us-slt-hts \
-	festvox-kallpc16k maven openjdk-17-jre-headless prometheus chromium chromium-driver
+APT_PACKAGES := python3.11-venv curl redis-server redis-tools espeak-ng sox flite festival \
+	festvox-us-slt-hts festvox-kallpc16k maven openjdk-17-jre-headless prometheus chromium \
+	chromium-driver
 PYTEST_ARGS ?=
 
 export STREAMSCRIBE_CACHE ?= $(HOME)/.cache/streamscribe
@@ -16,7 +17,7 @@ export PYTHON := $(abspath $(PY))
 
 .PHONY: help setup system-packages venv kafka-fetch kafka-up kafka-down redis-up redis-down \
 	topics infra-up infra-down test test-unit test-integration lint format demo bench \
-	bench-quick fixtures readme clean
+	bench-quick fixtures readme clean lock
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -28,13 +29,19 @@ system-packages:  ## install missing Debian packages (apt-get update once, only 
 
 venv: $(STAMP)  ## virtualenv with the package (editable) and its dev extra
 
-$(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON_BIN) -m venv $(VENV) || python3 -m venv $(VENV)
+$(STAMP): pyproject.toml constraints.txt
+	@# A venv whose creation failed half-way (no ensurepip) has a python but no pip: redo it.
+	@test -x $(VENV)/bin/pip || { rm -rf $(VENV); $(PYTHON_BIN) -m venv $(VENV); }
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
-kafka-fetch:  ## resolve the Kafka broker jars from Maven Central into the cache
+lock: venv  ## pin constraints.txt to what .venv has now (after a deliberate upgrade)
+	@{ sed -n '/^#/p' constraints.txt; $(PY) -m pip freeze --exclude-editable \
+		| sed -E 's|^([A-Za-z0-9_.-]+) @ file:.*/[A-Za-z0-9_]+-([0-9][^-]*)-py3.*$$|\1==\2|'; \
+	} > constraints.txt.new && mv constraints.txt.new constraints.txt
+
+kafka-fetch: system-packages  ## resolve the Kafka broker jars from Maven Central into the cache
 	@bash deploy/local/kafka.sh fetch
 
 kafka-up: venv kafka-fetch  ## start the local Kafka broker (KRaft) and wait until ready

@@ -29,12 +29,12 @@ cleanup() {
 trap cleanup EXIT
 
 if ! bash deploy/local/kafka.sh status >/dev/null 2>&1; then
+  started_kafka=1  # before `up`: a start that fails half-way is stopped too
   bash deploy/local/kafka.sh up
-  started_kafka=1
 fi
 if ! bash deploy/local/redis.sh status >/dev/null 2>&1; then
-  bash deploy/local/redis.sh up
   started_redis=1
+  bash deploy/local/redis.sh up
 fi
 $STREAMSCRIBE topics apply
 
@@ -57,6 +57,11 @@ curl -fs "http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/readyz" >/dev/null || {
   echo "demo: the worker did not become ready in 180 s; see $RUN_DIR/worker.log" >&2
   exit 1
 }
+if ! kill -0 "$worker_pid" 2>/dev/null; then  # the answer came from another process on the port
+  echo "demo: the worker exited (port $STREAMSCRIBE_METRICS_PORT taken?); its log:" >&2
+  tail -n 20 "$RUN_DIR/worker.log" >&2
+  exit 1
+fi
 echo "demo: worker ready; publishing two calls in real time (about 30 s)"
 echo
 
@@ -69,8 +74,11 @@ pub1=$!
 $STREAMSCRIBE publish tests/fixtures/calls/call03_outage.flac --call-id "demo-$stamp-outage" \
   --realtime >"$RUN_DIR/publish2.log" 2>&1 &
 pub2=$!
-wait "$pub1" "$pub2"
-wait "$tail_pid" || true
+failed=0
+wait "$pub1" || { echo "demo: publishing call 1 failed; see $RUN_DIR/publish1.log" >&2; failed=1; }
+wait "$pub2" || { echo "demo: publishing call 2 failed; see $RUN_DIR/publish2.log" >&2; failed=1; }
+wait "$tail_pid" || { echo "demo: streamscribe tail failed" >&2; failed=1; }
+if [ "$failed" = 1 ]; then exit 1; fi
 echo
 echo "demo: done. Metrics were at http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/metrics;"
 echo "demo: stopping the worker$( [ "$started_kafka" = 1 ] && echo ", Kafka" )$( [ "$started_redis" = 1 ] && echo " and Redis" )."

@@ -37,7 +37,15 @@ fetch() {
   touch "$LIBS/.complete"
 }
 
-pid_alive() { [ -f "$RUN/kafka.pid" ] && kill -0 "$(cat "$RUN/kafka.pid")" 2>/dev/null; }
+# Alive = the PID in our pid file is a Kafka broker of this run folder (a PID reused by another
+# process after a reboot is neither trusted nor killed).
+pid_alive() {
+  [ -f "$RUN/kafka.pid" ] || return 1
+  local pid
+  pid="$(cat "$RUN/kafka.pid")"
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $RUN/server.properties"
+}
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
 
@@ -68,11 +76,17 @@ CONF
   cat > "$RUN/log4j2.yaml" <<CONF
 Configuration:
   Appenders:
-    File:
+    RollingFile:
       name: File
       fileName: "$RUN/server.log"
+      filePattern: "$RUN/server.log.%i"
       PatternLayout:
         pattern: "[%d] %p %m (%c)%n"
+      Policies:
+        SizeBasedTriggeringPolicy:
+          size: 50 MB
+      DefaultRolloverStrategy:
+        max: 2
   Loggers:
     Root:
       level: INFO
@@ -91,7 +105,8 @@ format_storage() {
     return 0
   fi
   local cluster_id
-  cluster_id="$(java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -n 1)"
+  cluster_id="$(java -cp "$LIBS/*" kafka.tools.StorageTool random-uuid 2>"$RUN/format.log" | tail -n 1)" \
+    || { log "cannot run Kafka's StorageTool:"; cat "$RUN/format.log" >&2; exit 1; }
   log "formatting storage in $RUN/data (cluster $cluster_id)"
   java -cp "$LIBS/*" kafka.tools.StorageTool format -t "$cluster_id" \
     -c "$RUN/server.properties" --standalone >"$RUN/format.log" 2>&1 \
@@ -104,6 +119,7 @@ wait_ready() {
     if ! pid_alive; then
       log "broker exited during start-up; last lines of $RUN/server.log and stdout:"
       tail -n 20 "$RUN/server.log" "$RUN/stdout.log" >&2 2>/dev/null || true
+      rm -f "$RUN/kafka.pid"
       exit 1
     fi
     # Ready = the broker answers a metadata request (not merely an open port).
@@ -112,7 +128,8 @@ wait_ready() {
     fi
     sleep 1
   done
-  log "broker not ready after ${READY_TIMEOUT_S}s; see $RUN/server.log"
+  log "broker not ready after ${READY_TIMEOUT_S}s, stopping it; see $RUN/server.log"
+  down
   exit 1
 }
 
@@ -131,6 +148,7 @@ up() {
   fetch
   if pid_alive; then
     log "already running (pid $(cat "$RUN/kafka.pid")) on 127.0.0.1:$KAFKA_PORT"
+    wait_ready  # it may still be starting (another `up` began it)
     return 0
   fi
   if port_open; then
