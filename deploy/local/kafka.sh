@@ -37,15 +37,9 @@ fetch() {
   touch "$LIBS/.complete"
 }
 
-# Alive = the PID in our pid file is a Kafka broker of this run folder (a PID reused by another
-# process after a reboot is neither trusted nor killed).
-pid_alive() {
-  [ -f "$RUN/kafka.pid" ] || return 1
-  local pid
-  pid="$(cat "$RUN/kafka.pid")"
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "kafka.Kafka $RUN/server.properties"
-}
+# shellcheck source=deploy/local/pidfile.sh
+. "$HERE/pidfile.sh"
+pid_alive() { pidfile_alive "$RUN/kafka.pid" "kafka.Kafka $RUN/server.properties"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
 

@@ -14,14 +14,9 @@ log() { echo "redis: $*" >&2; }
 
 ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
 
-# Alive = the PID in our pid file is a redis-server on our port (a reused PID is not ours).
-pid_alive() {
-  [ -f "$RUN/redis.pid" ] || return 1
-  local pid
-  pid="$(cat "$RUN/redis.pid")"
-  kill -0 "$pid" 2>/dev/null || return 1
-  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "redis-server.*:$REDIS_PORT"
-}
+# shellcheck source=deploy/local/pidfile.sh
+. "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pidfile.sh"
+pid_alive() { pidfile_alive "$RUN/redis.pid" "redis-server.*:$REDIS_PORT"; }
 
 up() {
   command -v redis-server >/dev/null || { log "redis-server missing: apt-get install redis-server"; exit 1; }
