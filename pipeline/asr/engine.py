@@ -208,6 +208,8 @@ class StreamingEngine:
         self._expected_finals_through: dict[SessionKey, int] = {}
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
+        self.last_vad_s: float | None = None
+        """Wall time of the last ``step``'s VAD passes (seconds); None when it had no frame."""
         self.partial_cap: int | None = None
         """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
         self._finals_stepped = False
@@ -346,7 +348,9 @@ class StreamingEngine:
         this once (after a backlog, so the live text resumes before the backlog's finals).
         """
         sessions = list(self._sessions.values())
-        self._run_vad(sessions)
+        vad_started_s = self._timer()
+        passes = self._run_vad(sessions)
+        self.last_vad_s = self._timer() - vad_started_s if passes else None
         for session in sessions:
             self._close_pending(session)
         due = self._due_jobs()
@@ -384,9 +388,13 @@ class StreamingEngine:
                 del self._sessions[session.key]
         return outputs
 
-    def _run_vad(self, sessions: Iterable[Session]) -> None:
+    def _run_vad(self, sessions: Iterable[Session]) -> int:
+        """Every ready frame of ``sessions`` through the VAD, one frame per session per batched
+        pass; returns the number of passes."""
+        passes = 0
         waiting = [s for s in sessions if s.frames_ready() > 0]
         while waiting:
+            passes += 1
             if len(waiting) == 1:  # one stream catching up (a backlog): no copy into a batch
                 frames = waiting[0].next_vad_frame()[np.newaxis]
             else:
@@ -395,6 +403,7 @@ class StreamingEngine:
             for session, prob in zip(waiting, probs, strict=True):
                 session.apply_vad(float(prob))
             waiting = [s for s in waiting if s.frames_ready() > 0]
+        return passes
 
     def _close_pending(self, session: Session) -> None:
         if session.end_pending and not session.ended:

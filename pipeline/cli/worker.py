@@ -36,7 +36,7 @@ def _run(args: argparse.Namespace) -> int:
     # The model and Kafka clients load only for this command.
     from pipeline.asr.factory import build_engine
     from pipeline.asr.whisper.tokenizer import WhisperTokenizer
-    from pipeline.hotwords import HotwordRegistry
+    from pipeline.hotwords import HotwordRegistry, ListRef
     from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
     from pipeline.runtime.metrics import WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
@@ -58,34 +58,9 @@ def _run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(
             settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
         )
-    logging.getLogger(__name__).info("loading the model (device %s)", settings.asr.device)
     metrics = WorkerMetrics()
     registries: list[HotwordRegistry] = []
-
-    def hotwords(tokenizer: WhisperTokenizer) -> HotwordRegistry:
-        registry = HotwordRegistry.from_settings(
-            settings,
-            tokenizer,
-            on_dependency=lambda up, detail: worker.notify_dependency("redis", up, detail),
-            on_update=lambda ref, version: worker.notify_hotwords(
-                ref.scope.value, ref.tenant, ref.call_id, version
-            ),
-        )
-        registries.append(registry)
-        return registry
-
-    loaded = build_engine(settings.asr, biases=hotwords)
-    metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
-    worker = AsrWorker(
-        settings,
-        loaded.engine,
-        metrics=metrics,
-        model_facts={"model_id": loaded.model_id, "device": loaded.device, "dtype": loaded.dtype},
-    )
-    for registry in registries:
-        # Redis down at start is not fatal: the worker transcribes without hotwords meanwhile.
-        registry.start()
-        registry.wait_loaded(timeout_s=5)
+    worker: AsrWorker | None = None
     probe = KafkaProbe(settings.kafka, timeout_s=settings.metrics.probe_timeout_ms / 1000)
 
     def readiness() -> Readiness:
@@ -93,13 +68,51 @@ def _run(args: argparse.Namespace) -> int:
         metrics.set_dependency_up("kafka", kafka.ok)
         return Readiness.of(
             kafka,
-            model_loaded=worker.status.model_loaded,
-            partitions_assigned=bool(worker.status.assigned),
+            model_loaded=worker is not None and worker.status.model_loaded,
+            partitions_assigned=worker is not None and bool(worker.status.assigned),
         )
 
-    server = start_health_server(settings.metrics, metrics.registry, readiness, worker.stalled)
-    worker.install_signal_handlers()
+    def stalled() -> str | None:
+        return None if worker is None else worker.stalled()
+
+    # Served from before the model loads: alive (and not ready) while loading, so a liveness
+    # probe does not restart a worker whose load is slow.
+    server = start_health_server(settings.metrics, metrics.registry, readiness, stalled)
+
+    def on_dependency(up: bool, detail: str) -> None:
+        if worker is not None:
+            worker.notify_dependency("redis", up, detail)
+
+    def on_update(ref: ListRef, version: int) -> None:
+        if worker is not None:
+            worker.notify_hotwords(ref.scope.value, ref.tenant, ref.call_id, version)
+
+    def hotwords(tokenizer: WhisperTokenizer) -> HotwordRegistry:
+        registry = HotwordRegistry.from_settings(
+            settings, tokenizer, on_dependency=on_dependency, on_update=on_update
+        )
+        registries.append(registry)
+        return registry
+
     try:
+        logging.getLogger(__name__).info("loading the model (device %s)", settings.asr.device)
+        loaded = build_engine(settings.asr, biases=hotwords)
+        metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
+        worker = AsrWorker(
+            settings,
+            loaded.engine,
+            metrics=metrics,
+            model_facts={
+                "model_id": loaded.model_id,
+                "device": loaded.device,
+                "dtype": loaded.dtype,
+            },
+        )
+        for registry in registries:
+            # Redis down at start is not fatal: the worker transcribes without hotwords meanwhile.
+            registry.start()
+            registry.wait_loaded(timeout_s=5)
+        worker.install_signal_handlers()
         worker.run()
     finally:
         for registry in registries:

@@ -90,7 +90,7 @@ class DurationKind(enum.StrEnum):
     STEP = "step"
     """Wall time of one batched recognizer step (all due sessions, one forward pass)."""
     VAD = "vad"
-    """Wall time of one batched VAD pass."""
+    """Wall time of the VAD in one worker step (its batched passes over every ready frame)."""
     COMMIT = "commit"
     """Wall time of one Kafka transaction commit (finals + checkpoints + offsets)."""
 

@@ -200,7 +200,10 @@ class AsrWorker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask the loop to finish (thread-safe; what SIGTERM calls)."""
+        """Ask the loop to finish (thread-safe; what SIGTERM calls). The shutdown bound
+        (``shutdown_timeout_ms``) runs from here: a commit in flight shortens its retries."""
+        if self._shutdown_deadline is None:
+            self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
         self._stop.set()
 
     def notify_dependency(self, dependency: str, up: bool, detail: str = "") -> None:
@@ -272,6 +275,8 @@ class AsrWorker:
                 partials=self._partials_this_step(),
                 partials_first=caught_up,
             )
+        if self._engine.last_vad_s is not None:
+            self._metrics.observe_duration(DurationKind.VAD, self._engine.last_vad_s)
         if self._engine.last_step_jobs:
             self._metrics.observe_step(
                 self._engine.last_step_jobs,
@@ -330,6 +335,14 @@ class AsrWorker:
             self._metrics.count_early_finals(EarlyFinalOutcome.USED, used - seen_used)
             self._early_finals_seen = counts
 
+    def _call_timeout_s(self) -> float:
+        """The timeout of one transactional call: ``TRANSACTION_TIMEOUT_S``, or what is left of
+        the shutdown bound while stopping (at least 0.1 s)."""
+        if self._shutdown_deadline is None:
+            return TRANSACTION_TIMEOUT_S
+        left = self._shutdown_deadline - time.monotonic()
+        return max(0.1, min(TRANSACTION_TIMEOUT_S, left))
+
     def _retry_s(self) -> float:
         """How long a commit's calls may be retried: what is left of the shutdown bound while
         stopping (the next owner replays what is not committed), else ``RETRY_DEADLINE_S``."""
@@ -339,12 +352,16 @@ class AsrWorker:
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
-        deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
-        self._shutdown_deadline = deadline
+        if self._shutdown_deadline is None:  # the loop ended without ``stop`` (an error)
+            self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
+        deadline = self._shutdown_deadline
         try:
             if self._consumer is not None and self.status.assigned:
                 self._consumer.pause(self._assignment())
-            self._commit()
+            if time.monotonic() < deadline:
+                self._commit()
+            else:
+                logger.warning("no time left for a last commit (the next owner replays)")
         except (KafkaException, InfrastructureError) as error:
             logger.warning("final commit failed (the next owner replays): %s", error)
         finally:
@@ -677,14 +694,15 @@ class AsrWorker:
                 )
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
+                timeout_s = self._call_timeout_s()
                 _transactional(
-                    lambda: producer.send_offsets_to_transaction(
-                        offsets, metadata, TRANSACTION_TIMEOUT_S
-                    ),
+                    lambda: producer.send_offsets_to_transaction(offsets, metadata, timeout_s),
                     self._retry_s(),
+                    timeout_s,
                 )
+            timeout_s = self._call_timeout_s()
             _transactional(
-                lambda: producer.commit_transaction(TRANSACTION_TIMEOUT_S), self._retry_s()
+                lambda: producer.commit_transaction(timeout_s), self._retry_s(), timeout_s
             )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
@@ -1142,10 +1160,14 @@ def _retrying(operation: Callable[[], object], deadline_s: float = RETRY_DEADLIN
             time.sleep(0.5)
 
 
-def _transactional(operation: Callable[[], object], retry_s: float = RETRY_DEADLINE_S) -> None:
-    """A transactional call: each try bounded (``_bounded``), retriable errors retried for
-    ``retry_s``."""
-    _retrying(lambda: _bounded(operation), retry_s)
+def _transactional(
+    operation: Callable[[], object],
+    retry_s: float = RETRY_DEADLINE_S,
+    bound_s: float = TRANSACTION_TIMEOUT_S,
+) -> None:
+    """A transactional call given ``bound_s`` as its timeout: each try bounded (``_bounded``),
+    retriable errors retried for ``retry_s``."""
+    _retrying(lambda: _bounded(operation, bound_s), retry_s)
 
 
 class _StuckCallError(InfrastructureError):
@@ -1172,11 +1194,10 @@ def _bounded(operation: Callable[[], object], bound_s: float = TRANSACTION_TIMEO
 
     thread = threading.Thread(target=call, name="kafka-transaction-call", daemon=True)
     thread.start()
-    thread.join(bound_s + STUCK_GRACE_S)
+    wait_s = bound_s + min(STUCK_GRACE_S, bound_s)  # a short call (shutting down) waits less
+    thread.join(wait_s)
     if thread.is_alive():
-        raise _StuckCallError(
-            f"a transactional Kafka call is stuck after {bound_s + STUCK_GRACE_S:.0f} s"
-        )
+        raise _StuckCallError(f"a transactional Kafka call is stuck after {wait_s:.1f} s")
     if failure:
         raise failure[0]
 

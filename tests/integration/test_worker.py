@@ -486,6 +486,42 @@ def _wait_for_status(url: str, status: int, timeout_s: float) -> bool:
     return False
 
 
+def test_a_loading_worker_answers_alive_and_not_ready(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    # A liveness probe must not restart a worker whose model load is slow: the health server
+    # answers from before the load. Redis is unreachable here, so the start also waits out the
+    # hotword registry's first load (5 s) before the loop runs: a window that cannot be missed.
+    import socket
+
+    import orjson
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    worker = _worker(
+        topics,
+        group_id,
+        "w-loading",
+        tmp_path,
+        STREAMSCRIBE_METRICS_PORT=str(port),
+        STREAMSCRIBE_METRICS_HOST="127.0.0.1",
+        STREAMSCRIBE_REDIS_URL=f"redis://127.0.0.1:{port}/0",  # nothing speaks Redis there
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while "loading the model" not in worker.log() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _http(base + "/healthz")[0] == 200, worker.log()
+        status, body = _http(base + "/readyz")
+        assert status == 503, body
+        assert "model_loaded" in orjson.loads(body)["not_ready"]
+        assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
+    finally:
+        worker.stop_quietly()
+
+
 def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
     own_broker: Any, tmp_path: Path
 ) -> None:

@@ -145,6 +145,9 @@ class _Partials:
     def poll(self, *_: Any) -> int:
         return 0
 
+    def flush(self, *_: Any) -> int:
+        return 0
+
 
 def _worker(
     clock: ManualClock, vad: Any = None, registry: CollectorRegistry | None = None, **worker: Any
@@ -511,3 +514,46 @@ def test_chunks_handled_again_after_a_rewind_are_counted_once() -> None:
     assert registry.get_sample_value("asr_request_total", {"outcome": "rejected"}) == 1
     assert registry.get_sample_value("asr_request_total", {"outcome": "ok"}) == 3
     assert worker.status.dead_letters == 1
+
+
+class _Timed(_Producer):
+    """Records the timeout every transactional call is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float] = []
+
+    def send_offsets_to_transaction(self, offsets: Any, metadata: Any, timeout: float) -> None:
+        self.timeouts.append(timeout)
+
+    def commit_transaction(self, timeout: float = -1) -> None:
+        self.timeouts.append(timeout)
+        super().commit_transaction()
+
+
+def test_after_sigterm_every_kafka_call_gets_only_what_is_left_of_the_shutdown_bound() -> None:
+    # A commit that starts after SIGTERM must not take the running worker's 30 s per call:
+    # the pod's grace period would run out first. The bound runs from the signal.
+    worker, _ = _worker(ManualClock(1_000_000), shutdown_timeout_ms=2_000)
+    worker._tx = producer = _Timed()
+    worker._consumer.close = lambda: None
+    _run(worker, [_chunk("c1", seq, seq) for seq in range(3)])
+    assert producer.timeouts
+    assert min(producer.timeouts) >= 30  # while running: the full 30 s
+    producer.timeouts.clear()
+    worker.stop()
+    worker._handle(_chunk("c1", 3, 3))
+    worker._shutdown()
+    assert producer.timeouts
+    assert max(producer.timeouts) <= 2.0
+
+
+def test_the_vad_time_of_a_step_is_observed_when_it_had_frames() -> None:
+    registry = CollectorRegistry()
+    worker, _ = _worker(ManualClock(1_000_000), registry=registry)
+    vad = {"kind": "vad"}
+    worker._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    worker._iteration()
+    assert registry.get_sample_value("asr_duration_seconds_count", vad) == 1
+    worker._iteration()  # nothing new: no VAD pass, nothing observed
+    assert registry.get_sample_value("asr_duration_seconds_count", vad) == 1
