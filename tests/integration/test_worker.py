@@ -349,7 +349,6 @@ def own_broker(tmp_path: Path) -> Any:
     # Same jar cache as the session's broker; the data folder is per port and wiped here.
     env = {**os.environ, "KAFKA_PORT": "19192"}
     cache = Path(env.get("STREAMSCRIBE_CACHE", Path.home() / ".cache" / "streamscribe"))
-    shutil.rmtree(cache / "run" / "kafka-19192", ignore_errors=True)
     script = Path(__file__).resolve().parents[2] / "deploy" / "local" / "kafka.sh"
 
     def broker(action: str) -> None:
@@ -358,6 +357,8 @@ def own_broker(tmp_path: Path) -> Any:
         )
         assert result.returncode == 0, result.stderr
 
+    broker("down")  # one left running by an interrupted run, before its folder goes
+    shutil.rmtree(cache / "run" / "kafka-19192", ignore_errors=True)
     broker("up")
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:19192", topic_prefix="restart-test.")
     TopicAdmin(settings).apply(load_topic_specs(prefix=settings.topic_prefix))
