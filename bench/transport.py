@@ -46,6 +46,8 @@ from bench.common import (
     call_clips,
     fmt,
     markdown_table,
+    new_figure,
+    plain_log_axis,
     write_results,
 )
 from bench.infra import declared_topics, new_prefix, recreate_topics
@@ -343,6 +345,30 @@ def _median_ratio(runs: list[dict[str, Any]], reader: str, baseline: str) -> flo
     return float(np.median(ratios)) if ratios else None
 
 
+def plot(results: dict[str, Any]) -> Any:
+    """Chunks per second of each reader, one bar group per round (log scale: they span 10×)."""
+    figure, axes = new_figure()
+    readers = [*READERS, WORKER]
+    rounds = sorted({r["round"] for r in results["runs"]})
+    width = 0.8 / len(rounds)
+    for index, round_index in enumerate(rounds):
+        rates = {
+            r["reader"]: r["chunks_per_s"] for r in results["runs"] if r["round"] == round_index
+        }
+        axes.bar(
+            [position + index * width for position in range(len(readers))],
+            [rates.get(reader, 0.0) for reader in readers],
+            width,
+            label=f"round {round_index}",
+        )
+    axes.set_xticks([position + 0.4 - width / 2 for position in range(len(readers))], readers)
+    plain_log_axis(axes)
+    axes.set_ylabel("chunks per second (20 ms each)")
+    axes.set_title("Readers of one topic, least to most work per record")
+    axes.legend()
+    return figure
+
+
 def markdown(results: dict[str, Any]) -> str:
     rows = [
         [
@@ -426,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config={"chunks": chunks, "rounds": rounds, "chunk_ms": CHUNK_MS, "profile": args.profile},
         results=results,
         markdown=markdown(results),
+        figures={"": plot(results)},
         targets=[
             Target(
                 "worker rate / bare consumer rate",
