@@ -1,13 +1,17 @@
 """``streamscribe hotwords add|remove|list|clear``: edit the hotword lists in Redis.
 
 Every change is atomic and announced to the workers, which apply it within a second
-(``docs/hotwords.md``). Invalid input (phrase, boost, tenant or call id, a full list) prints one
-line and exits 2 before Redis is touched; Redis unreachable exits 1.
+(``docs/hotwords.md``). Invalid input (phrase, boost, tenant or call id, an empty ``--call``)
+prints one line and exits 2 before Redis is touched; an ``add`` that would overfill a list is
+refused by the change's own atomic script (nothing changed, exit 2); Redis unreachable, or a key
+a hand edit broke, exits 1. Entries that reads leave out (hand edits) are named on stderr, one
+``streamscribe: warning: …`` line each.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 import orjson
@@ -87,7 +91,8 @@ def _add_list_options(parser: argparse.ArgumentParser) -> None:
         parser,
         "--call",
         env="STREAMSCRIBE_HOTWORDS_CALL",
-        help="call id: the call's own list (merged over the tenant's) instead of the tenant's",
+        help="call id: the call's own list (merged over the tenant's) instead of the tenant's; "
+        "given but empty is an error, never the tenant's list",
         metavar="ID",
     )
     add_env_option(
@@ -98,12 +103,27 @@ def _add_list_options(parser: argparse.ArgumentParser) -> None:
 def _target(args: argparse.Namespace) -> tuple[HotwordStore, ListRef]:
     if not args.tenant:
         raise ConfigError("--tenant is required (or STREAMSCRIBE_TENANT)")
-    ref = ListRef(args.tenant, args.call or None).validated()
+    if args.call is not None and not args.call:
+        # An unset shell variable (--call "$CALL") must not silently target the tenant's list.
+        raise ConfigError(
+            "--call (or STREAMSCRIBE_HOTWORDS_CALL) is empty; give a call id, or leave it out "
+            "for the tenant's list"
+        )
+    ref = ListRef(args.tenant, args.call).validated()
     settings = settings_from_args(args)
     section = settings.hotwords
     client = connect(args.redis_url or settings.redis.url)
-    store = HotwordStore(client, HotwordKeys(section.key_prefix), call_ttl_s=section.call_ttl_s)
+    store = HotwordStore(
+        client,
+        HotwordKeys(section.key_prefix),
+        call_ttl_s=section.call_ttl_s,
+        on_problem=_warn,
+    )
     return store, ref
+
+
+def _warn(line: str) -> None:
+    print(f"streamscribe: warning: {line}", file=sys.stderr)
 
 
 def _add(args: argparse.Namespace) -> int:

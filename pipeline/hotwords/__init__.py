@@ -3,11 +3,13 @@
 Flow: ``streamscribe hotwords`` (or :class:`HotwordStore`) writes a list and publishes a change
 notice → each worker's :class:`HotwordRegistry` re-reads it and swaps in a new snapshot of
 :class:`HotwordCatalog` → the engine asks ``registry.bias_for(tenant, call_id)`` before each
-decode and passes the :class:`TrieBias` to the recognizer, which calls it at every decoding step.
-Text is never rewritten after decoding. Layout in Redis and tuning: ``docs/hotwords.md``.
+decode and passes the bias (a :class:`TrieBias`, or a :class:`LayeredBias` for a call list laid
+over its tenant's) to the recognizer, which calls it at every decoding step. Text is never
+rewritten after decoding. Layout in Redis and tuning: ``docs/hotwords.md``.
 """
 
-from pipeline.hotwords.catalog import CatalogSnapshot, HotwordCatalog, HotwordList
+from pipeline.hotwords.catalog import CatalogSnapshot, HotwordBias, HotwordCatalog, HotwordList
+from pipeline.hotwords.layered import LayeredBias
 from pipeline.hotwords.model import (
     DEFAULT_BOOST,
     MAX_BOOST,
@@ -53,11 +55,13 @@ __all__ = [
     "ChangeNotice",
     "ChangeResult",
     "Hotword",
+    "HotwordBias",
     "HotwordCatalog",
     "HotwordKeys",
     "HotwordList",
     "HotwordRegistry",
     "HotwordStore",
+    "LayeredBias",
     "ListRef",
     "PhraseTokenizer",
     "RegistryConfig",

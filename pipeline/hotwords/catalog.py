@@ -7,24 +7,38 @@ builds a complete new :class:`CatalogSnapshot` and swaps one reference, so a rea
 thread calling :meth:`HotwordCatalog.bias_for`) sees either the old or the new state, never a
 mix, and never waits: a read is two dictionary lookups.
 
-Biases are built by the writer, never on the reader's thread: a change to a tenant's list
-rebuilds the tenant's bias and the merged bias of every call of that tenant that has its own
-list; every other bias is carried over. Tries are also cached by content (a merged entry tuple),
-so reloading unchanged lists, or calls with identical lists, builds nothing.
+Biases are built by the writer, never on the reader's thread. Each list gets a trie of its own
+entries only; a call's bias is its own trie laid over its tenant's
+(:class:`~pipeline.hotwords.layered.LayeredBias`), never a copy of the tenant's, so a call list
+costs memory in proportion to itself. A change to a tenant's list rebuilds the tenant's trie and
+re-layers each of its calls (cheap: no trie is built for them); every other bias is carried
+over. Tries are kept by content (an entry tuple), so reloading unchanged lists, or lists with
+identical entries, builds nothing; after every change, the tries of contents that no list has
+any more are dropped (old snapshots that readers still hold keep theirs alive until released).
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from pipeline.hotwords.layered import LayeredBias, layered_bias
 from pipeline.hotwords.model import Hotword, ListRef, merge_entries
-from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer, TokenTrie, TrieBias
+from pipeline.hotwords.trie import (
+    BiasWeights,
+    BpeRankPrior,
+    PhraseTokenizer,
+    TokenTrie,
+    TrieBias,
+    phrase_sequences,
+)
 
-__all__ = ["CatalogSnapshot", "HotwordCatalog", "HotwordList"]
+__all__ = ["CatalogSnapshot", "HotwordBias", "HotwordCatalog", "HotwordList"]
+
+HotwordBias = TrieBias | LayeredBias
+"""What :meth:`HotwordCatalog.bias_for` returns: the recognizer's ``TokenBias``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +55,16 @@ class HotwordList:
 class CatalogSnapshot:
     """Every known list and the bias of every tenant and call that has one.
 
-    ``biases[ListRef(t)]`` is tenant ``t``'s bias; ``biases[ListRef(t, c)]`` the merged bias of
-    call ``c`` (only for calls with a list of their own); None where the list boosts nothing
-    (every boost 0.0). ``generation`` counts applied changes.
+    ``biases[ListRef(t)]`` is tenant ``t``'s bias; ``biases[ListRef(t, c)]`` the bias of call
+    ``c``'s merged list (only for calls with a list of their own); None where the list boosts
+    nothing (every boost 0.0). ``generation`` counts applied changes.
     """
 
     generation: int = 0
     lists: Mapping[ListRef, HotwordList] = field(default_factory=lambda: MappingProxyType({}))
-    biases: Mapping[ListRef, TrieBias | None] = field(default_factory=lambda: MappingProxyType({}))
+    biases: Mapping[ListRef, HotwordBias | None] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 class HotwordCatalog:
@@ -58,16 +74,14 @@ class HotwordCatalog:
         self,
         tokenizer: PhraseTokenizer,
         weights: BiasWeights | None = None,
-        cache_size: int = 256,
         prior: Callable[[int], float] | None = None,
     ) -> None:
         """``prior`` scales first-token bonuses (see :class:`~pipeline.hotwords.trie.TrieBias`;
         default: Whisper's BPE rank prior)."""
         self._tokenizer = tokenizer
-        self._prior = prior
+        self._prior = prior or BpeRankPrior()
         self._weights = weights or BiasWeights()
-        self._cache_size = cache_size
-        self._cache: OrderedDict[tuple[Hotword, ...], TrieBias | None] = OrderedDict()
+        self._tries: dict[tuple[Hotword, ...], TrieBias | None] = {}
         self._write_lock = threading.Lock()
         self._snapshot = CatalogSnapshot()
 
@@ -75,10 +89,17 @@ class HotwordCatalog:
     def snapshot(self) -> CatalogSnapshot:
         return self._snapshot
 
+    @property
+    def trie_nodes(self) -> int:
+        """Nodes of the tries kept for the current lists (one trie per distinct entry tuple):
+        what the lists cost in memory, roughly 1.5 kB per node with Whisper's tokenizer."""
+        return sum(bias.trie.node_count for bias in self._tries.values() if bias is not None)
+
     # -- readers (any thread, lock-free) -----------------------------------------------------
 
-    def bias_for(self, tenant: str, call_id: str) -> TrieBias | None:
-        """The call's merged bias, else its tenant's, else None (no list or nothing boosted)."""
+    def bias_for(self, tenant: str, call_id: str) -> HotwordBias | None:
+        """The bias of the call's merged list, else its tenant's, else None (no list or nothing
+        boosted). The same object until the call's or the tenant's list changes."""
         biases = self._snapshot.biases
         call_ref = ListRef(tenant, call_id)
         if call_ref in biases:
@@ -148,43 +169,57 @@ class HotwordCatalog:
                 lists=MappingProxyType(lists),
                 biases=MappingProxyType(biases),
             )
+            in_use = {item.entries for item in lists.values()}
+            self._tries = {key: bias for key, bias in self._tries.items() if key in in_use}
             return changed
 
     def _rebuild(
         self,
-        old: Mapping[ListRef, TrieBias | None],
+        old: Mapping[ListRef, HotwordBias | None],
         lists: Mapping[ListRef, HotwordList],
         changed: list[ListRef],
-    ) -> dict[ListRef, TrieBias | None]:
+    ) -> dict[ListRef, HotwordBias | None]:
         dirty_tenants = {ref.tenant for ref in changed if ref.call_id is None}
         dirty_calls = {ref for ref in changed if ref.call_id is not None}
-        biases: dict[ListRef, TrieBias | None] = {}
-        for ref in lists:
-            bias: TrieBias | None
+        biases: dict[ListRef, HotwordBias | None] = {}
+        # Tenants first: their calls are laid over them.
+        for ref in sorted(lists, key=lambda r: r.call_id is not None):
             if ref.tenant not in dirty_tenants and ref not in dirty_calls:
-                bias = old.get(ref)
+                biases[ref] = old.get(ref)
             elif ref.call_id is None:
-                bias = self._bias(lists[ref].entries)
+                biases[ref] = self._trie(lists[ref].entries)
             else:
                 tenant_list = lists.get(ListRef(ref.tenant))
                 tenant_entries = tenant_list.entries if tenant_list else ()
-                bias = self._bias(merge_entries(tenant_entries, lists[ref].entries))
-            biases[ref] = bias
+                biases[ref] = self._call_bias(tenant_entries, lists[ref].entries)
         return biases
 
-    def _bias(self, entries: tuple[Hotword, ...]) -> TrieBias | None:
-        if entries in self._cache:
-            self._cache.move_to_end(entries)
-            return self._cache[entries]
+    def _call_bias(
+        self, tenant_entries: tuple[Hotword, ...], call_entries: tuple[Hotword, ...]
+    ) -> HotwordBias | None:
+        """The call's trie laid over its tenant's (kept, so not built again), with the tenant
+        phrases the call lowers or mutes taken out: it biases as the trie of
+        ``merge_entries(tenant_entries, call_entries)`` would."""
+        tenant_boosts = {entry.phrase: entry.boost for entry in tenant_entries}
+        lowered = [
+            (tokens, tenant_boosts[entry.phrase])
+            for entry in call_entries
+            if entry.boost < tenant_boosts.get(entry.phrase, 0.0)
+            for tokens in phrase_sequences(entry.phrase, self._tokenizer)
+        ]
+        tenant, call = self._trie(tenant_entries), self._trie(call_entries)
+        return layered_bias(tenant, call, lowered, self._weights, self._prior)
+
+    def _trie(self, entries: tuple[Hotword, ...]) -> TrieBias | None:
+        if entries in self._tries:
+            return self._tries[entries]
         boosted = [(entry.phrase, entry.boost) for entry in entries if entry.boost > 0]
         bias = (
             TrieBias(TokenTrie.from_phrases(boosted, self._tokenizer), self._weights, self._prior)
             if boosted
             else None
         )
-        self._cache[entries] = bias
-        while len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._tries[entries] = bias
         return bias
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "MIN_BOOST",
     "ChangeAction",
     "ChangeNotice",
+    "HashReading",
     "Hotword",
     "HotwordKeys",
     "ListRef",
@@ -46,6 +47,9 @@ __all__ = [
     "merge_entries",
     "normalize_phrase",
     "parse_boost",
+    "parse_version",
+    "quote_stored",
+    "read_hash",
     "validate_call_id",
     "validate_tenant",
 ]
@@ -64,6 +68,7 @@ DEFAULT_BOOST = 1.0
 # The audio contract's label charset (ss-tenant, ss-channel): safe in keys and log lines.
 _ID_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 _WHITESPACE = re.compile(r"\s+")
+_COUNTER = re.compile(r"-?[0-9]{1,19}")
 
 
 class Scope(enum.StrEnum):
@@ -262,19 +267,83 @@ class ChangeNotice:
             raise ConfigError(f"bad hotword change notice {data!r}: {error}") from None
 
 
-def entries_from_hash(raw: Mapping[str, str]) -> tuple[Hotword, ...]:
-    """A list read from its Redis hash, sorted by phrase; malformed entries are skipped.
+@dataclass(frozen=True, slots=True)
+class HashReading:
+    """A list read from its Redis hash: the usable entries, sorted by phrase, and one line per
+    field left out (why, for the operator who wrote it by hand)."""
 
-    Lists written by ``streamscribe hotwords`` are always valid; this guards against hand
-    edits (``redis-cli HSET``) so that a bad entry can never break a worker.
+    entries: tuple[Hotword, ...]
+    skipped: tuple[str, ...] = ()
+
+
+def read_hash(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> HashReading:
+    """Parse a list's hash, fields and values as Redis returned them (bytes, or text).
+
+    Lists written by ``streamscribe hotwords`` are always valid; this guards against hand edits
+    (``redis-cli HSET``) so that a bad field can never break a worker. A field is left out, and
+    named in ``skipped``, when it or its boost is not UTF-8, its boost is not valid, or its
+    phrase is not valid *or not already in stored form* (``" Acme  Corp"`` next to ``"Acme
+    Corp"`` would be a second entry that ``remove "Acme Corp"`` cannot reach). Since every kept
+    phrase is its own stored form and hash fields are unique, no phrase is kept twice. At most
+    :data:`MAX_ENTRIES_PER_LIST` are kept: the first in phrase order, the rest skipped.
     """
-    entries = []
-    for phrase, boost in raw.items():
+    entries: list[Hotword] = []
+    skipped: list[str] = []
+    for raw_phrase, raw_boost in raw.items():
         try:
-            entries.append(Hotword(normalize_phrase(phrase), parse_boost(boost)))
-        except ConfigError:
+            phrase = _text(raw_phrase, "phrase")
+            boost = parse_boost(_text(raw_boost, "boost"))
+            stored = normalize_phrase(phrase)
+            if stored != phrase:
+                raise ConfigError(f"not in stored form {stored!r}")
+        except ConfigError as error:
+            skipped.append(f"field {quote_stored(raw_phrase)}: {error}")
             continue
-    return tuple(sorted(entries, key=lambda e: e.phrase))
+        entries.append(Hotword(phrase, boost))
+    entries.sort(key=lambda e: e.phrase)
+    if len(entries) > MAX_ENTRIES_PER_LIST:
+        over = len(entries) - MAX_ENTRIES_PER_LIST
+        skipped.append(
+            f"{over} field(s) from {entries[MAX_ENTRIES_PER_LIST].phrase!r} on: a list holds at "
+            f"most {MAX_ENTRIES_PER_LIST} entries"
+        )
+        del entries[MAX_ENTRIES_PER_LIST:]
+    return HashReading(tuple(entries), tuple(skipped))
+
+
+def entries_from_hash(raw: Mapping[bytes, bytes] | Mapping[str, str]) -> tuple[Hotword, ...]:
+    """The entries of :func:`read_hash` (the fields left out are dropped silently)."""
+    return read_hash(raw).entries
+
+
+def parse_version(raw: bytes | str | None) -> int | None:
+    """The version counter from its Redis value: 0 when absent, None when it is not an integer
+    (written by hand: the version is then unknown, and readers must reload on every check)."""
+    if raw is None:
+        return 0
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    # Only what Redis INCR itself accepts (int() would also take " 7", "1_0" or "٧").
+    return int(text) if _COUNTER.fullmatch(text) else None
+
+
+def _text(value: bytes | str, what: str) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} is not UTF-8") from None
+
+
+def quote_stored(value: bytes | str) -> str:
+    """A stored value as a short one-line quotation: text as text, bytes that are not UTF-8 as
+    bytes (``b'caf\\xe9'``), cut after 40 characters."""
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return repr(value[:40]) + ("…" if len(value) > 40 else "")
+    return repr(value[:40]) + ("…" if len(value) > 40 else "")
 
 
 def merge_entries(tenant: Iterable[Hotword], call: Iterable[Hotword]) -> tuple[Hotword, ...]:

@@ -7,8 +7,12 @@
 2. apply each notice by re-reading the list it names (idempotent, so order and duplicates are
    harmless); a notice is applied within ``poll_interval_s`` of its arrival;
 3. every ``resync_interval_s``: compare the version counter with the last one applied and
-   reload everything when they differ (notices are fire-and-forget), and drop call lists whose
-   TTL has run out.
+   reload everything when they differ or the counter is not an integer (notices are
+   fire-and-forget), and drop call lists whose TTL has run out.
+
+Bad data is not an outage: a key, field or counter that a hand edit broke is left out with a
+warning (see :class:`~pipeline.hotwords.store.HotwordStore`) and every other list loads; a
+message on the change channel that is not UTF-8 makes the thread resubscribe and reload.
 
 Redis unreachable (at start or later): the lists last loaded stay in use, ``on_dependency(False,
 detail)`` is called once, and the thread reconnects with exponential backoff (with jitter, so a
@@ -35,10 +39,10 @@ import redis
 
 from pipeline.clock import Clock, WallClock
 from pipeline.errors import ConfigError, InfrastructureError
-from pipeline.hotwords.catalog import HotwordCatalog
+from pipeline.hotwords.catalog import HotwordBias, HotwordCatalog
 from pipeline.hotwords.model import ChangeNotice, Hotword, HotwordKeys, ListRef
 from pipeline.hotwords.store import HotwordStore, connect
-from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer, TrieBias
+from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer
 from pipeline.settings import Settings
 
 __all__ = [
@@ -159,7 +163,7 @@ class HotwordRegistry:
 
     # -- the BiasSource side (engine thread) -------------------------------------------------
 
-    def bias_for(self, tenant: str, call_id: str) -> TrieBias | None:
+    def bias_for(self, tenant: str, call_id: str) -> HotwordBias | None:
         """The bias for a call of ``tenant`` (its merged list, else the tenant's), or None."""
         return self._catalog.bias_for(tenant, call_id)
 
@@ -178,7 +182,8 @@ class HotwordRegistry:
 
     @property
     def version(self) -> int:
-        """The version counter of the newest change applied (-1 before the first load)."""
+        """The version counter of the newest change applied (-1 before the first load, and
+        while the counter in Redis is not an integer)."""
         return self._version
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -226,6 +231,11 @@ class HotwordRegistry:
             except (redis.RedisError, InfrastructureError, OSError) as error:
                 self._set_up(False, str(error))
                 self._stop.wait(self._backoff.next_delay_s())
+            except UnicodeDecodeError as error:
+                # Someone published bytes that are not text on our channel: redis-py cannot read
+                # past them on this connection, so resubscribe (and reload: notices may be lost).
+                logger.warning("hotwords: undecodable message on the change channel (%s)", error)
+                self._stop.wait(self._backoff.next_delay_s())
             except Exception:  # a bug must not silently end live updates: log, back off, retry
                 logger.exception("hotword registry loop failed")
                 self._stop.wait(self._backoff.next_delay_s())
@@ -240,7 +250,8 @@ class HotwordRegistry:
             if message is not None and message.get("type") == "message":
                 self._on_notice(message.get("data"))
             if time.monotonic() >= next_resync:
-                if self._store.version() != self._version:
+                version = self._store.version()
+                if version is None or version != self._version:
                     self._reload()
                 for ref in self._catalog.expire(self._clock.now_ms()):
                     self._notify_update(ref)
@@ -249,8 +260,9 @@ class HotwordRegistry:
     def _reload(self) -> None:
         version, lists = self._store.read_all()
         changed = self._catalog.replace_all(lists)
-        self._version = version
-        self._set_up(True, f"{len(lists)} hotword list(s) loaded at version {version}")
+        self._version = -1 if version is None else version
+        shown = "unknown" if version is None else version
+        self._set_up(True, f"{len(lists)} hotword list(s) loaded at version {shown}")
         self._loaded.set()
         for ref in changed:
             self._notify_update(ref)
@@ -297,13 +309,15 @@ class CatalogSnapshotRead:
     """Every hotword list in Redis at one moment, as a fixed ``BiasSource`` (``catalog``)."""
 
     catalog: HotwordCatalog
-    version: int
+    version: int | None
     lists: int
 
 
 def read_catalog(settings: Settings, tokenizer: PhraseTokenizer) -> CatalogSnapshotRead:
     """Read every list once, with the settings' Redis, key prefix and bias weights: the lists a
     worker would use now, fixed (a replay decodes with one set, however Redis changes later).
+    ``version`` is None when the counter is not an integer; bad keys and fields are left out
+    with a logged warning, as a worker leaves them out.
 
     Raises:
         InfrastructureError: Redis cannot be read.

@@ -7,17 +7,26 @@ version, all or nothing. Readers therefore never see a change without its notice
 version counter tells a reader that missed notices (while disconnected) that it must reload.
 
 Redis errors surface as :class:`~pipeline.errors.InfrastructureError`; invalid input as
-:class:`~pipeline.errors.ConfigError`, raised before anything is sent.
+:class:`~pipeline.errors.ConfigError`, raised before anything is sent (except a list that would
+grow past the limit: the script finds that out, atomically, and changes nothing).
+
+Reads never fail on what is stored: lists are read as bytes and parsed field by field
+(:func:`~pipeline.hotwords.model.read_hash`), so a key of the wrong type, a field that is not
+UTF-8 or not valid, or a version counter that is not an integer (all only possible by hand
+edits) is left out and reported to ``on_problem`` (default: a logged warning), and the other
+lists load as usual.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
+from redis.client import NEVER_DECODE
 from redis.retry import Retry
 
 from pipeline.clock import Clock, WallClock
@@ -29,14 +38,24 @@ from pipeline.hotwords.model import (
     ChangeAction,
     HotwordKeys,
     ListRef,
-    entries_from_hash,
     normalize_phrase,
     parse_boost,
+    parse_version,
+    quote_stored,
+    read_hash,
 )
 
-__all__ = ["ChangeResult", "HotwordStore", "connect"]
+__all__ = ["ChangeResult", "HotwordStore", "ProblemListener", "connect"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT_S = 2.0
+
+ProblemListener = Callable[[str], None]
+"""Told one line per piece of stored data that a read left out (a bad key, field or counter)."""
+
+# Replies of these reads stay bytes, whatever the client decodes: text is decoded field by field.
+_RAW: dict[str, Any] = {NEVER_DECODE: True}
 
 # KEYS: list key, version key. ARGV: channel, max entries, ttl s (0 = none), tenant, call id
 # ("" = tenant list), then phrase, boost pairs. Returns {new version, entries} or {-1, entries}
@@ -115,7 +134,8 @@ class ChangeResult:
 class HotwordStore:
     """Reads and writes hotword lists; one instance per process, thread-safe (redis-py pool).
 
-    ``client`` must return text (``decode_responses=True``), as :func:`connect`'s clients do.
+    ``client`` is one of :func:`connect`'s (reads work with any ``decode_responses``).
+    ``on_problem`` is told, one line each, what reads leave out (default: logged warnings).
     """
 
     def __init__(
@@ -125,6 +145,7 @@ class HotwordStore:
         *,
         call_ttl_s: int = 86400,
         clock: Clock | None = None,
+        on_problem: ProblemListener | None = None,
     ) -> None:
         if call_ttl_s < 0:
             raise ConfigError(f"call_ttl_s must be >= 0, got {call_ttl_s}")
@@ -132,6 +153,7 @@ class HotwordStore:
         self._keys = keys or HotwordKeys()
         self._call_ttl_s = call_ttl_s
         self._clock = clock or WallClock()
+        self._on_problem = on_problem or _log_problem
         self._add = client.register_script(_ADD)
         self._remove = client.register_script(_REMOVE)
 
@@ -202,27 +224,40 @@ class HotwordStore:
 
     def _run(self, script: Any, ref: ListRef, args: list[Any]) -> tuple[int, int]:
         keys = [self._keys.key(ref), self._keys.version]
-        result = self._call(lambda: script(keys=keys, args=args))
+        try:
+            result = self._call(lambda: script(keys=keys, args=args))
+        except InfrastructureError as error:
+            raise _explained(error, ref, keys) from error.__cause__
         return int(result[0]), int(result[1])
 
     # -- reads -------------------------------------------------------------------------------
 
-    def version(self) -> int:
-        """The version counter (0 before the first change)."""
-        version: int = self._call(lambda: int(cast(Any, self._client.get(self._keys.version)) or 0))
+    def version(self) -> int | None:
+        """The version counter (0 before the first change), or None when it holds something
+        other than an integer (reported to ``on_problem``): unknown, so compare it with nothing.
+        """
+        key = self._keys.version
+        try:
+            raw = self._call(lambda: self._client.execute_command("GET", key, **_RAW))
+        except InfrastructureError as error:
+            if not isinstance(error.__cause__, redis.ResponseError):
+                raise
+            # Redis answered (e.g. WRONGTYPE: the key was overwritten by hand): it is up.
+            self._on_problem(f"version counter {key!r} cannot be read ({error}): unknown")
+            return None
+        version = parse_version(raw)
+        if version is None:
+            shown = quote_stored(raw)
+            self._on_problem(f"version counter {key!r} is not an integer ({shown}): unknown")
         return version
 
     def read(self, ref: ListRef) -> HotwordList:
-        """One list as it is now (empty entries when it does not exist)."""
-        key = self._keys.key(ref)
-        with self._client.pipeline(transaction=True) as pipe:
-            pipe.hgetall(key)
-            pipe.pttl(key)
-            raw, ttl_ms = self._call(pipe.execute)
-        return self._list(ref, raw, ttl_ms)
+        """One list as it is now (empty entries when it does not exist or cannot be read)."""
+        return self._read_lists([ref])[0]
 
-    def read_all(self) -> tuple[int, list[HotwordList]]:
-        """The version counter, then every tenant and call list (SCAN, then one pipeline).
+    def read_all(self) -> tuple[int | None, list[HotwordList]]:
+        """The version counter (see :meth:`version`), then every tenant and call list that has
+        entries (SCAN, then one pipeline).
 
         The version is read first: a change that lands during the scan bumps it past the
         returned value, so a reader comparing versions later reloads again.
@@ -233,33 +268,81 @@ class HotwordStore:
             for pattern in (self._keys.tenant_pattern, self._keys.call_pattern)
             for ref in self._scan(pattern)
         ]
+        return version, [item for item in self._read_lists(refs) if item.entries]
+
+    def _read_lists(self, refs: Sequence[ListRef]) -> list[HotwordList]:
+        """The lists ``refs`` name, in order, read as bytes in one pipeline (no MULTI: EXEC's
+        reply would be decoded whole). A key that cannot be read as a hash is an empty list."""
         if not refs:
-            return version, []
+            return []
         with self._client.pipeline(transaction=False) as pipe:
             for ref in refs:
                 key = self._keys.key(ref)
-                pipe.hgetall(key)
+                pipe.execute_command("HGETALL", key, **_RAW)
                 pipe.pttl(key)
-            replies = self._call(pipe.execute)
-        lists = [self._list(ref, replies[2 * i], replies[2 * i + 1]) for i, ref in enumerate(refs)]
-        return version, [item for item in lists if item.entries]
+            replies = self._call(lambda: pipe.execute(raise_on_error=False))
+        lists = []
+        for index, ref in enumerate(refs):
+            raw, ttl_ms = replies[2 * index], replies[2 * index + 1]
+            where = f"{ref.describe()} (key {self._keys.key(ref)!r})"
+            if isinstance(raw, redis.ResponseError) or not isinstance(raw, dict):
+                self._on_problem(f"{where} is not a hotword list, skipped: {raw}")
+                raw = {}
+            reading = read_hash(raw)
+            for line in reading.skipped:
+                self._on_problem(f"{where}: skipped {line}")
+            ttl_ms = ttl_ms if isinstance(ttl_ms, int) else -1
+            expires_at_ms = self._clock.now_ms() + ttl_ms if ttl_ms > 0 else None
+            lists.append(HotwordList(ref, reading.entries, expires_at_ms))
+        return lists
 
     def _scan(self, pattern: str) -> Iterator[ListRef]:
-        keys = self._call(lambda: list(self._client.scan_iter(match=pattern, count=500)))
-        for key in keys:
+        raw_keys = self._call(
+            lambda: list(self._client.scan_iter(match=pattern, count=500, **_RAW))
+        )
+        for raw_key in raw_keys:
+            try:
+                key = raw_key.decode("utf-8") if isinstance(raw_key, bytes) else raw_key
+            except UnicodeDecodeError:
+                continue  # not one of ours: list keys are ASCII
             ref = self._keys.parse_key(key)
             if ref is not None:
                 yield ref
-
-    def _list(self, ref: ListRef, raw: dict[str, str], ttl_ms: int) -> HotwordList:
-        expires_at_ms = self._clock.now_ms() + ttl_ms if ttl_ms > 0 else None
-        return HotwordList(ref, entries_from_hash(raw), expires_at_ms)
 
     def _call(self, action: Any) -> Any:
         try:
             return action()
         except redis.RedisError as error:
-            raise InfrastructureError(f"Redis: {error}") from error
+            raise InfrastructureError(f"Redis: {_one_line(error)}") from error
+        except ValueError as error:  # incl. UnicodeDecodeError: a reply this code cannot parse
+            raise InfrastructureError(f"Redis: unexpected reply: {_one_line(error)}") from error
+
+
+def _log_problem(line: str) -> None:
+    logger.warning("hotwords: %s", line)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+def _explained(error: InfrastructureError, ref: ListRef, keys: list[str]) -> InfrastructureError:
+    """A script's Redis error, in terms of the key a hand edit broke when that is the cause."""
+    cause = error.__cause__
+    if not isinstance(cause, redis.ResponseError):
+        return error
+    text = str(cause)
+    if "WRONGTYPE" in text:
+        return InfrastructureError(
+            f"{ref.describe()}: Redis key {keys[0]!r} is not a hotword list (a hash); "
+            f"inspect it, then delete it with redis-cli DEL to start the list afresh"
+        )
+    if "not an integer" in text:
+        return InfrastructureError(
+            f"the hotword version counter {keys[1]!r} is not an integer; reset it with "
+            f"redis-cli SET {keys[1]} <a number above its last value>"
+        )
+    return error
 
 
 def _dedupe(phrases: Iterable[str]) -> list[str]:

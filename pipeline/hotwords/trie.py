@@ -58,7 +58,9 @@ __all__ = [
     "PhraseTokenizer",
     "TokenTrie",
     "TrieBias",
+    "phrase_sequences",
     "phrase_variants",
+    "step_bonus",
     "uniform_prior",
 ]
 
@@ -115,12 +117,20 @@ def phrase_variants(phrase: str) -> tuple[str, ...]:
     return (phrase,) if capitalized == phrase else (phrase, capitalized)
 
 
+def phrase_sequences(phrase: str, tokenizer: PhraseTokenizer) -> list[list[int]]:
+    """The token sequences a trie holds for ``phrase``: each variant, with a leading space."""
+    variants = phrase_variants(phrase.strip())
+    return [tokenizer.encode(" " + variant) for variant in variants if variant]
+
+
 class TokenTrie:
     """Token sequences of weighted phrases; immutable once built.
 
     A node is an index; ``children[node]`` maps a token to the next node. Every node keeps the
     largest boost of the phrases that pass through it, so where phrases share a prefix the
-    strongest one decides the bonus of that prefix.
+    strongest one decides the bonus of that prefix. A node where sequences end also keeps the
+    boost of each of them (:meth:`end_boosts`), so that one can be taken out again
+    (:class:`~pipeline.hotwords.layered.LayeredBias`).
     """
 
     __slots__ = ("_boosts", "_children", "_ends", "_max_depth", "_phrases", "sentence_ends")
@@ -135,7 +145,7 @@ class TokenTrie:
         self.sentence_ends = frozenset(sentence_ends)
         children: list[dict[int, int]] = [{}]
         boosts: list[float] = [0.0]
-        ends: dict[int, float] = {}
+        ends: dict[int, tuple[float, ...]] = {}
         max_depth = 0
         count = 0
         for tokens, boost in phrases:
@@ -154,7 +164,7 @@ class TokenTrie:
                 else:
                     boosts[child] = max(boosts[child], boost)
                 node = child
-            ends[node] = max(ends.get(node, 0.0), boost)
+            ends[node] = (*ends.get(node, ()), boost)
         self._children = tuple(children)
         self._ends = ends
         self._boosts = tuple(boosts)
@@ -166,11 +176,11 @@ class TokenTrie:
         cls, phrases: Iterable[tuple[str, float]], tokenizer: PhraseTokenizer
     ) -> TokenTrie:
         """Tokenize each ``(phrase, boost)`` (every variant, with a leading space) into a trie."""
-        sequences: list[tuple[Sequence[int], float]] = []
-        for phrase, boost in phrases:
-            for variant in phrase_variants(phrase.strip()):
-                if variant:
-                    sequences.append((tokenizer.encode(" " + variant), boost))
+        sequences: list[tuple[Sequence[int], float]] = [
+            (tokens, boost)
+            for phrase, boost in phrases
+            for tokens in phrase_sequences(phrase, tokenizer)
+        ]
         marks = (tokenizer.encode(mark) for mark in _SENTENCE_END_MARKS)
         return cls(sequences, (ids[0] for ids in marks if len(ids) == 1))
 
@@ -195,13 +205,23 @@ class TokenTrie:
     def children(self, node: int) -> Mapping[int, int]:
         return self._children[node]
 
+    @property
+    def child_maps(self) -> Sequence[Mapping[int, int]]:
+        """``children`` of every node, by node (for walks that cannot afford a call per step)."""
+        return self._children
+
     def boost(self, node: int) -> float:
         """The largest boost of the phrases through ``node``."""
         return self._boosts[node]
 
     def end_boost(self, node: int) -> float | None:
         """The largest boost of the phrases that end at ``node``, or None when none does."""
-        return self._ends.get(node)
+        boosts = self._ends.get(node)
+        return max(boosts) if boosts else None
+
+    def end_boosts(self, node: int) -> tuple[float, ...]:
+        """The boost of every sequence that ends at ``node`` (one per sequence inserted)."""
+        return self._ends.get(node, ())
 
     def walk(self, tokens: Sequence[int]) -> int | None:
         """The node reached from the root by ``tokens``, or None when they leave the trie."""
@@ -260,6 +280,16 @@ class TrieBias:
     def trie(self) -> TokenTrie:
         return self._trie
 
+    @property
+    def starts(self) -> Mapping[int, float]:
+        """The bonuses while no phrase is in progress: first token → bonus."""
+        return self._starts
+
+    def continuations(self, node: int) -> Mapping[int, float]:
+        """The bonuses while the phrase(s) through ``node`` are in progress: next token → bonus
+        (empty at a node where every phrase through it has ended)."""
+        return self._continuations[node]
+
     def active_nodes(self, text_tokens: Sequence[int]) -> list[int]:
         """Non-root nodes reached by a suffix of ``text_tokens`` (phrases in progress)."""
         trie = self._trie
@@ -276,21 +306,33 @@ class TrieBias:
         return nodes
 
     def __call__(self, text_tokens: Sequence[int]) -> Mapping[int, float]:
-        nodes = [n for n in self.active_nodes(text_tokens) if self._continuations[n]]
-        if not nodes:
-            # After a full stop the decoder weighs end-of-text against a new sentence; a start
-            # bonus there would start a phrase instead of ending (the measured failure: a window
-            # that repeats its sentence after "… account." to reach a phrase's first token).
-            if text_tokens and text_tokens[-1] in self._trie.sentence_ends:
-                return _NO_BONUS
-            return self._starts
-        if len(nodes) == 1:
-            return self._continuations[nodes[0]]
-        # While a phrase is in progress only its continuations are favoured: a start bonus for
-        # another phrase would compete with it and invite the decoder to abandon it midway.
-        bonus: dict[int, float] = {}
-        for node in nodes:
-            for token, value in self._continuations[node].items():
-                if value > bonus.get(token, 0.0):
-                    bonus[token] = value
-        return bonus
+        in_progress = [self._continuations[n] for n in self.active_nodes(text_tokens)]
+        return step_bonus(in_progress, text_tokens, self._starts, self._trie.sentence_ends)
+
+
+def step_bonus(
+    in_progress: Sequence[Mapping[int, float]],
+    text_tokens: Sequence[int],
+    starts: Mapping[int, float],
+    sentence_ends: frozenset[int],
+) -> Mapping[int, float]:
+    """One step's bonus from the continuation bonuses of the phrases in progress (one mapping
+    per trie node reached; empty ones, phrases that have ended, are ignored)."""
+    nodes = [bonuses for bonuses in in_progress if bonuses]
+    if not nodes:
+        # After a full stop the decoder weighs end-of-text against a new sentence; a start
+        # bonus there would start a phrase instead of ending (the measured failure: a window
+        # that repeats its sentence after "… account." to reach a phrase's first token).
+        if text_tokens and text_tokens[-1] in sentence_ends:
+            return _NO_BONUS
+        return starts
+    if len(nodes) == 1:
+        return nodes[0]
+    # While a phrase is in progress only its continuations are favoured: a start bonus for
+    # another phrase would compete with it and invite the decoder to abandon it midway.
+    bonus: dict[int, float] = {}
+    for bonuses in nodes:
+        for token, value in bonuses.items():
+            if value > bonus.get(token, 0.0):
+                bonus[token] = value
+    return bonus

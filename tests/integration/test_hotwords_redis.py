@@ -8,6 +8,7 @@ sleeping a fixed time; the update latency itself is measured by ``bench/hotwords
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pipeline.cli import main
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.hotwords import (
     MAX_ENTRIES_PER_LIST,
+    Hotword,
     HotwordCatalog,
     HotwordKeys,
     HotwordRegistry,
@@ -34,6 +36,7 @@ from pipeline.hotwords import (
     RegistryConfig,
     connect,
 )
+from pipeline.hotwords.registry import read_catalog
 from pipeline.settings import load_settings
 
 pytestmark = pytest.mark.integration
@@ -351,6 +354,182 @@ def test_every_change_to_a_call_list_restarts_its_ttl(redis_url: str, prefix: st
         assert int(client.ttl(store.keys.key(tenant))) == -1  # tenant lists never expire
     finally:
         client.close()
+
+
+# -- data broken by hand edits ---------------------------------------------------------------
+
+
+@pytest.fixture
+def hand(redis_url: str) -> Iterator[redis.Redis]:
+    """A client that writes raw bytes, as ``redis-cli`` would."""
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def break_by_hand(hand: redis.Redis, prefix: str) -> None:
+    """Next to good lists: a list key of the wrong type, a key name and fields that are not
+    UTF-8 (in a tenant and in a call list), a phrase not in stored form, and a version that is
+    not an integer."""
+    hand.set(f"{prefix}:tenant:junk", "foo")
+    hand.hset(f"{prefix}:tenant:".encode() + b"caf\xe9", "Niamh", "1")  # not a list key
+    hand.hset(f"{prefix}:tenant:mixed", mapping={b"caf\xe9": b"1", b"Keycloak": b"1"})
+    hand.hset(f"{prefix}:call:acme:c1", mapping={b"Zyrtec": b"\xff", b"Ozempic": b"1"})
+    hand.hset(f"{prefix}:tenant:acme", mapping={b" Niamh": b"2", b"Niamh  Nguyen": b"2"})
+    hand.set(f"{prefix}:version", "abc")
+
+
+def test_bad_data_is_skipped_field_by_field_and_the_good_lists_still_load(
+    redis_url: str,
+    prefix: str,
+    store: HotwordStore,
+    hand: redis.Redis,
+    tokenizer: WhisperTokenizer,
+) -> None:
+    store.add(ListRef("acme"), ["Niamh", "Saoirse"])
+    store.add(ListRef("acme", "c1"), ["Ozempic"])
+    break_by_hand(hand, prefix)
+    problems: list[str] = []
+    reader = HotwordStore(store.client, store.keys, on_problem=problems.append)
+    version, lists = reader.read_all()
+    assert version is None
+    assert {item.ref: [e.phrase for e in item.entries] for item in lists} == {
+        ListRef("acme"): ["Niamh", "Saoirse"],
+        ListRef("acme", "c1"): ["Ozempic"],
+        ListRef("mixed"): ["Keycloak"],
+    }
+    assert len(problems) == 6
+    assert any("tenant junk" in line and "WRONGTYPE" in line for line in problems)
+    assert any("b'caf\\xe9': phrase is not UTF-8" in line for line in problems)
+    assert any("'Zyrtec': boost is not UTF-8" in line for line in problems)
+    assert any("' Niamh': not in stored form 'Niamh'" in line for line in problems)
+    assert any("'abc'" in line and "unknown" in line for line in problems)
+    assert reader.read(ListRef("junk")).entries == ()
+
+    settings = load_settings(
+        env={"STREAMSCRIBE_REDIS_URL": redis_url, "STREAMSCRIBE_HOTWORDS_KEY_PREFIX": prefix}
+    )
+    replayed = read_catalog(settings, tokenizer)  # what ``replay --hotwords`` decodes with
+    assert (replayed.version, replayed.lists) == (None, 3)
+    assert replayed.catalog.entries_for("acme", "c1") == (
+        Hotword("Niamh"),
+        Hotword("Ozempic"),
+        Hotword("Saoirse"),
+    )
+
+
+def test_the_registry_serves_the_good_lists_next_to_bad_data_and_stays_up(
+    store: HotwordStore,
+    tokenizer: WhisperTokenizer,
+    hand: redis.Redis,
+    prefix: str,
+    cli: Callable[..., tuple[int, str, str]],
+) -> None:
+    store.add(ListRef("acme"), ["Niamh"])
+    store.add(ListRef("acme", "c1"), ["Ozempic"])
+    break_by_hand(hand, prefix)
+    recorder = Recorder()
+    registry = start_registry(store, tokenizer, recorder)
+    try:
+        assert registry.wait_loaded(DEADLINE_S)
+        assert phrases(registry, "acme", "c1") == ["Niamh", "Ozempic"]
+        assert phrases(registry, "mixed") == ["Keycloak"]
+        bias = registry.bias_for("acme", "c1")
+        assert bias is not None
+        assert tokenizer.encode(" Ozempic")[0] in bias([])
+        # With the version unknown, every resync reloads: a hand edit that publishes nothing
+        # (and cannot bump the counter) still arrives.
+        hand.hset(f"{prefix}:tenant:acme", "Kubernetes", "1")
+        wait_for(lambda: "Kubernetes" in phrases(registry, "acme"), "a reload at the resync")
+
+        # Changes through the CLI name what a hand edit broke, in one line, and change nothing.
+        code, _, err = cli("add", "--tenant", "acme", "Zendesk")
+        assert code == 1
+        assert err.count("\n") == 1
+        assert f"version counter '{prefix}:version' is not an integer" in err
+        hand.set(f"{prefix}:version", "100")
+        code, _, err = cli("add", "--tenant", "junk", "Zendesk")
+        assert code == 1
+        assert err == (
+            f"streamscribe: error: tenant junk: Redis key '{prefix}:tenant:junk' is not a "
+            "hotword list (a hash); inspect it, then delete it with redis-cli DEL to start the "
+            "list afresh\n"
+        )
+        assert cli("add", "--tenant", "mixed", "Zendesk")[0] == 0
+        wait_for(lambda: phrases(registry, "mixed") == ["Keycloak", "Zendesk"], "a live change")
+        assert registry.version == 101
+        assert recorder.states == [True]  # bad data is no outage
+    finally:
+        registry.stop()
+
+
+def test_the_cli_lists_what_it_can_and_names_what_it_skipped(
+    store: HotwordStore, hand: redis.Redis, prefix: str, cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    store.add(ListRef("acme"), ["Niamh"])
+    break_by_hand(hand, prefix)
+    code, out, err = cli("list", "--tenant", "mixed")
+    assert code == 0
+    assert out.splitlines() == ["tenant mixed: 1 entries", "  Keycloak  1"]
+    assert err == (
+        f"streamscribe: warning: tenant mixed (key '{prefix}:tenant:mixed'): skipped field "
+        "b'caf\\xe9': phrase is not UTF-8\n"
+    )
+    code, out, err = cli("list", "--tenant", "junk", "--json")
+    assert code == 0
+    assert json.loads(out)["entries"] == []
+    assert json.loads(out)["version"] is None
+    assert [line.split(":")[1] for line in err.splitlines()] == [" warning"] * 2
+    assert "is not a hotword list, skipped: WRONGTYPE" in err
+    code, out, err = cli("list", "--tenant", "acme", "--call", "c1", "--effective")
+    assert code == 0
+    assert [row.split()[0] for row in out.splitlines()[1:]] == ["Niamh", "Ozempic"]
+    assert "' Niamh': not in stored form 'Niamh'" in err
+
+
+def test_an_undecodable_change_message_does_not_stop_live_updates(
+    store: HotwordStore,
+    tokenizer: WhisperTokenizer,
+    hand: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    recorder = Recorder()
+    registry = start_registry(store, tokenizer, recorder)
+    try:
+        assert registry.wait_loaded(DEADLINE_S)
+        hand.publish(store.keys.channel, b"\xff\xfe not text")
+        store.add(ListRef("acme"), ["Niamh"])
+        wait_for(lambda: phrases(registry, "acme") == ["Niamh"], "the change after the bad one")
+        store.add(ListRef("acme"), ["Nguyen"])
+        wait_for(lambda: phrases(registry, "acme") == ["Nguyen", "Niamh"], "a later notice")
+        assert recorder.states == [True]
+        assert [r.levelno for r in caplog.records if r.levelno >= logging.ERROR] == []
+        assert any("undecodable message" in r.getMessage() for r in caplog.records)
+    finally:
+        registry.stop()
+
+
+def test_an_empty_call_id_never_clears_the_tenant_list(
+    store: HotwordStore, cli: Callable[..., tuple[int, str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store.add(ListRef("acme"), ["Niamh"])
+    code, _, err = cli("clear", "--tenant", "acme", "--call", "")  # --call "$CALL", CALL unset
+    assert code == 2
+    assert "--call (or STREAMSCRIBE_HOTWORDS_CALL) is empty" in err
+    monkeypatch.setenv("STREAMSCRIBE_HOTWORDS_CALL", "")
+    assert cli("remove", "--tenant", "acme", "Niamh")[0] == 2
+    assert [e.phrase for e in store.read(ListRef("acme")).entries] == ["Niamh"]
+
+
+def test_a_full_list_is_refused_by_the_cli_with_exit_2(
+    store: HotwordStore, cli: Callable[..., tuple[int, str, str]]
+) -> None:
+    store.add(ListRef("acme"), [f"term{i}" for i in range(MAX_ENTRIES_PER_LIST)])
+    version = store.version()
+    code, _, err = cli("add", "--tenant", "acme", "one more")
+    assert code == 2
+    assert err.startswith("streamscribe: error: tenant acme: list has 1000 entries")
+    assert store.version() == version
 
 
 # -- Redis outage ------------------------------------------------------------------------------

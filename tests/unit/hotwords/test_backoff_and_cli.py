@@ -50,6 +50,8 @@ def test_registry_config_is_checked() -> None:
         (["remove", "--tenant", "acme", "  "], "empty hotword phrase"),
         (["list"], "--tenant is required"),
         (["clear", "--tenant", ""], "--tenant is required"),
+        (["clear", "--tenant", "acme", "--call", ""], "--call (or STREAMSCRIBE_HOTWORDS_CALL) is"),
+        (["remove", "--tenant", "acme", "--call", "", "Niamh"], "--call (or STREAMSCRIBE_HOTWORDS"),
     ],
 )
 def test_user_mistakes_exit_2_with_one_line_before_touching_redis(
@@ -65,6 +67,19 @@ def test_user_mistakes_exit_2_with_one_line_before_touching_redis(
     assert message in err
     assert err.startswith("streamscribe: error: ")
     assert err.count("\n") == 1
+
+
+def test_an_empty_call_id_from_the_environment_never_means_the_tenant_list(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_HOTWORDS_CALL", "")
+    code = main(["hotwords", "clear", "--tenant", "acme", "--redis-url", UNREACHABLE])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == (
+        "streamscribe: error: --call (or STREAMSCRIBE_HOTWORDS_CALL) is empty; give a call id, "
+        "or leave it out for the tenant's list\n"
+    )
 
 
 def test_redis_unreachable_exits_1(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from pipeline.errors import ConfigError
 from pipeline.hotwords.model import (
+    MAX_ENTRIES_PER_LIST,
     MAX_PHRASE_CHARS,
     ChangeAction,
     ChangeNotice,
@@ -17,6 +18,8 @@ from pipeline.hotwords.model import (
     merge_entries,
     normalize_phrase,
     parse_boost,
+    parse_version,
+    read_hash,
     validate_call_id,
     validate_tenant,
 )
@@ -132,6 +135,48 @@ def test_malformed_notices_raise_config_error(raw: bytes) -> None:
 def test_hash_entries_are_sorted_and_bad_ones_skipped() -> None:
     raw = {"Zyrtec": "1.0", "Niamh": "1.5", "": "1", "bad boost": "9", "Okonkwo": "x"}
     assert entries_from_hash(raw) == (Hotword("Niamh", 1.5), Hotword("Zyrtec", 1.0))
+
+
+def test_fields_that_are_not_utf8_are_skipped_one_by_one() -> None:
+    raw = {b"caf\xe9": b"1", b"Niamh": b"1.5", b"Zyrtec": b"\xff", "Ökonomie".encode(): b"2"}
+    reading = read_hash(raw)
+    assert reading.entries == (Hotword("Niamh", 1.5), Hotword("Ökonomie", 2.0))
+    assert set(reading.skipped) == {
+        "field b'caf\\xe9': phrase is not UTF-8",
+        "field 'Zyrtec': boost is not UTF-8",
+    }
+
+
+def test_fields_not_in_stored_form_are_skipped_so_a_phrase_is_never_listed_twice() -> None:
+    raw = {"Acme  Corp": "1.5", " Acme Corp": "2", "Acme Corp": "0", "Acme Corp\t": "1"}
+    reading = read_hash(raw)
+    assert reading.entries == (Hotword("Acme Corp", 0.0),)  # the mute is not overridden
+    assert len(reading.skipped) == 3
+    assert all("not in stored form 'Acme Corp'" in line for line in reading.skipped)
+
+
+def test_at_most_the_list_limit_is_loaded_in_phrase_order() -> None:
+    raw = {f"w{i:05d}": "1" for i in range(MAX_ENTRIES_PER_LIST + 4000)}
+    reading = read_hash(raw)
+    assert len(reading.entries) == MAX_ENTRIES_PER_LIST
+    assert reading.entries[-1].phrase == f"w{MAX_ENTRIES_PER_LIST - 1:05d}"
+    assert reading.skipped == (
+        f"4000 field(s) from 'w{MAX_ENTRIES_PER_LIST:05d}' on: a list holds at most 1000 entries",
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "version"),
+    [
+        *((None, 0), (b"42", 42), ("7", 7), (b"-1", -1)),
+        *((b"abc", None), (b"\xff", None), (b" 7", None), (b"1_0", None), ("\u0667", None)),
+        (b"1" * 20, None),
+    ],
+)
+def test_a_version_that_is_not_an_integer_is_unknown(
+    raw: bytes | str | None, version: int | None
+) -> None:
+    assert parse_version(raw) == version
 
 
 def test_call_entries_override_tenant_boosts() -> None:
