@@ -16,11 +16,14 @@ from tests.conftest import validate
 from tests.integration.worker_harness import (
     Publisher,
     WorkerProcess,
+    calls_on,
     committed_offsets,
     embedded_finals,
+    kafka_partition,
     load_calls,
     read_topic,
     sessions_ended,
+    wait_for_owners,
     worker_env,
 )
 
@@ -96,13 +99,31 @@ def test_calls_through_kafka_equal_the_embedded_engine(
 def test_kill_9_mid_call_loses_and_duplicates_no_final(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:
-    calls = load_calls([*CALLS, "calls/call02_delivery.flac"], prefix=topics.topic_prefix)
     first = _worker(topics, group_id, "w-a", tmp_path)
     second = _worker(topics, group_id, "w-b", tmp_path)
+    events_topic = _topic(topics, "asr.events")
     try:
-        time.sleep(20)  # both load the model and join the group
+        owners = wait_for_owners(topics.bootstrap_servers, events_topic, ("w-a", "w-b"), 12, 180)
+        # Call ids chosen so that the worker killed owns calls, and so does the survivor.
+        calls = calls_on(
+            [*CALLS, "calls/call02_delivery.flac"],
+            [owners["w-a"], owners["w-b"]],
+            12,
+            topics.topic_prefix,
+        )
+        victims = {c.call_id for c in calls if kafka_partition(c.call_id, 12) in owners["w-a"]}
         publisher = Publisher(topics, calls, speed=2.0).start()
-        time.sleep(6)
+        started = read_topic(
+            topics.bootstrap_servers,
+            events_topic,
+            lambda ev: any(
+                e["type"] == "session_started" and e["source"] == "w-a" and e["call_id"] in victims
+                for e in ev
+            ),
+            60,
+        )
+        assert any(e["source"] == "w-a" for e in started), first.log()
+        time.sleep(3)  # mid-call: its sessions are open, some utterances finalized
         first.kill()
         publisher.join()
         events = read_topic(
@@ -144,12 +165,15 @@ def test_worker_joining_and_leaving_mid_call_keeps_finals_exactly_once(
     calls = load_calls(CALLS, prefix=topics.topic_prefix)
     first = _worker(topics, group_id, "w-first", tmp_path)
     second: WorkerProcess | None = None
+    events_topic = _topic(topics, "asr.events")
     try:
-        time.sleep(12)
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-first",), 12, 180)
         publisher = Publisher(topics, calls, speed=2.0).start()
         time.sleep(4)
         second = _worker(topics, group_id, "w-second", tmp_path)
-        time.sleep(10)
+        # The joiner takes partitions mid-call, then the first worker leaves mid-call.
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-first", "w-second"), 12, 180)
+        time.sleep(2)
         exit_s = first.terminate()
         publisher.join()
         events = read_topic(
@@ -306,10 +330,17 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
 ) -> None:
     calls = load_calls(["calls/call01_billing.flac"], prefix=topics.topic_prefix)
     worker = _worker(topics, group_id, "w-term", tmp_path)
+    events_topic = _topic(topics, "asr.events")
     try:
-        time.sleep(12)
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-term",), 12, 180)
         publisher = Publisher(topics, calls, speed=2.0).start()
-        time.sleep(6)
+        read_topic(  # mid-call: it has handled and committed some of the call
+            topics.bootstrap_servers,
+            events_topic,
+            lambda ev: any(e["type"] == "session_started" for e in ev),
+            60,
+        )
+        time.sleep(3)
         exit_s = worker.terminate()
         publisher.join()
     finally:

@@ -235,3 +235,74 @@ def _collect(outputs: list[Any], finals: dict[str, str]) -> None:
     for output in outputs:
         if isinstance(output, Final):
             finals[output.utterance_id] = output.text
+
+
+def kafka_partition(key: str, partitions: int) -> int:
+    """The partition Kafka's Java partitioner (and librdkafka's ``murmur2_random``) gives a
+    non-empty key: ``toPositive(murmur2(key)) % partitions``."""
+    data = key.encode("utf-8")
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    mask = 0xFFFFFFFF
+    h = (seed ^ len(data)) & mask
+    whole = len(data) // 4 * 4
+    for i in range(0, whole, 4):
+        k = int.from_bytes(data[i : i + 4], "little")
+        k = (k * m) & mask
+        k ^= k >> r
+        k = (k * m) & mask
+        h = (h * m) & mask
+        h ^= k
+    tail = data[whole:]
+    if len(tail) == 3:
+        h ^= tail[2] << 16
+    if len(tail) >= 2:
+        h ^= tail[1] << 8
+    if tail:
+        h ^= tail[0]
+        h = (h * m) & mask
+    h ^= h >> 13
+    h = (h * m) & mask
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions
+
+
+def owned_partitions(events: list[dict[str, Any]], source: str) -> set[int]:
+    """The partitions a worker owns after the assignment events it published, in order."""
+    owned: set[int] = set()
+    for event in events:
+        if event.get("source") != source:
+            continue
+        if event["type"] == "partitions_assigned":
+            owned |= set(event["detail"]["partitions"])
+        elif event["type"] == "partitions_revoked":
+            owned -= set(event["detail"]["partitions"])
+    return owned
+
+
+def wait_for_owners(
+    bootstrap: str, events_topic: str, sources: Iterable[str], partitions: int, timeout_s: float
+) -> dict[str, set[int]]:
+    """Wait until the workers ``sources`` together own all ``partitions``, each some of them;
+    returns who owns what."""
+    names = list(sources)
+
+    def settled(events: list[dict[str, Any]]) -> bool:
+        owned = [owned_partitions(events, name) for name in names]
+        return all(owned) and set().union(*owned) == set(range(partitions))
+
+    events = read_topic(bootstrap, events_topic, settled, timeout_s)
+    assert settled(events), f"{names} did not split the {partitions} partitions"
+    return {name: owned_partitions(events, name) for name in names}
+
+
+def calls_on(
+    names: list[str], owners: list[set[int]], partitions: int, prefix: str
+) -> list[CallAudio]:
+    """The fixture calls ``names`` with call ids (``prefix`` + a counter + the name) chosen so
+    that every set of partitions in ``owners`` gets at least one of them."""
+    for attempt in range(1000):
+        calls = load_calls(names, prefix=f"{prefix}{attempt}-")
+        placed = {kafka_partition(call.call_id, partitions) for call in calls}
+        if all(placed & owned for owned in owners):
+            return calls
+    raise AssertionError("no call ids found that reach every owner")
