@@ -107,8 +107,8 @@ def _replay(args: argparse.Namespace) -> int:
     from pipeline.replay.runner import ReplayOptions, ReplayRunner, StreamClock
     from pipeline.worker.admission import AdmissionLimits
 
-    if args.output and Path(args.output).is_dir():  # found out now, not after the whole replay
-        raise ConfigError(f"--output {args.output} is a directory; name a file")
+    if args.output:  # found out now, not after the whole replay
+        _check_writable(Path(args.output))
 
     settings = settings_from_args(args)
     if args.step_ms <= 0:
@@ -198,6 +198,20 @@ def _replay(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _check_writable(path: Path) -> None:
+    """``path`` names a file that ``_write_atomically`` will be able to write."""
+    if path.is_dir():
+        raise ConfigError(f"--output {path} is a directory; name a file")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    except OSError as error:
+        raise ConfigError(
+            f"--output {path}: cannot write there: {error.strerror or error}"
+        ) from None
+    os.close(handle)
+    os.unlink(probe)
 
 
 def _write_atomically(path: Path, lines: Iterable[bytes]) -> None:

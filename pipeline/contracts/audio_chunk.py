@@ -31,6 +31,8 @@ from pipeline.errors import ChunkRejectedError
 __all__ = [
     "CONTRACT_VERSION",
     "MAX_CALL_ID_BYTES",
+    "MAX_CAPTURE_MS",
+    "MAX_SEQ",
     "MONO_CHANNEL",
     "STEREO_CHANNELS",
     "SUPPORTED_SAMPLE_RATES_HZ",
@@ -49,6 +51,11 @@ MONO_CHANNEL = "mono"
 STEREO_CHANNELS = ("agent", "customer")
 """The channel labels of a two-channel call, in the order of a stereo file's channels."""
 SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
+MAX_SEQ = 2**63 - 1
+"""The largest ``ss-seq``: what a signed 64-bit integer (Java's ``long``) holds."""
+MAX_CAPTURE_MS = 253_402_300_799_999
+"""The largest ``ss-capture-ms``: the last millisecond of the year 9999. Anything later is not a
+capture time, and would overflow the latencies computed from it."""
 DEFAULT_MAX_PAYLOAD_BYTES = 65536
 MAX_CHANNEL_LABEL_BYTES = 32
 MAX_TENANT_BYTES = 64
@@ -187,11 +194,14 @@ def _ascii(headers: dict[str, bytes], name: Header) -> str:
         raise ChunkRejectedError(RejectReason.BAD_HEADER_VALUE, f"{name} is not ASCII") from None
 
 
-def _decimal(headers: dict[str, bytes], name: Header, reason: RejectReason) -> int:
+def _decimal(headers: dict[str, bytes], name: Header, reason: RejectReason, most: int) -> int:
     text = _ascii(headers, name)
     if not text.isdigit() or len(text) > 19:
         raise ChunkRejectedError(reason, f"{name}={text!r} is not a non-negative decimal integer")
-    return int(text)
+    value = int(text)
+    if value > most:
+        raise ChunkRejectedError(reason, f"{name}={text!r} is above {most}")
+    return value
 
 
 def _flag(headers: dict[str, bytes], name: Header) -> bool:
@@ -297,14 +307,18 @@ def _decode_ordinary(
         or not (payload or end_of_stream or flushes)
     ):
         return None
+    seq_number = int(seq)
+    capture_ms = None if capture is None else int(capture)
+    if seq_number > MAX_SEQ or (capture_ms is not None and capture_ms > MAX_CAPTURE_MS):
+        return None
     return AudioChunk(
         call_id=call_id,
         channel=channel_label,
-        seq=int(seq),
+        seq=seq_number,
         sample_rate_hz=sample_rate_hz,
         encoding=chunk_encoding,
         payload=payload,
-        capture_ms=None if capture is None else int(capture),
+        capture_ms=capture_ms,
         end_of_stream=end_of_stream,
         flush=flushes,
         tenant=tenant_label,
@@ -390,10 +404,10 @@ def _decode_checked(
         )
 
     sample_rate_hz, encoding = _format(found)
-    seq = _decimal(found, Header.SEQ, RejectReason.BAD_SEQUENCE)
+    seq = _decimal(found, Header.SEQ, RejectReason.BAD_SEQUENCE, MAX_SEQ)
     channel, tenant = _labels(found)
     capture_ms = (
-        _decimal(found, Header.CAPTURE_MS, RejectReason.BAD_HEADER_VALUE)
+        _decimal(found, Header.CAPTURE_MS, RejectReason.BAD_HEADER_VALUE, MAX_CAPTURE_MS)
         if Header.CAPTURE_MS in found
         else None
     )

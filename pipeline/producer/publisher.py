@@ -518,6 +518,10 @@ class CallStream:
             decode_chunk(*encode_chunk(probe))
         except ChunkRejectedError as error:
             raise ConfigError(f"call {self.call_id!r}: {error.detail}") from None
+        except UnicodeEncodeError:  # undecodable bytes of a command line (lone surrogates)
+            raise ConfigError(
+                f"call {self.call_id!r}: the call id, channel and tenant must be valid text"
+            ) from None
 
     def _channel(self, label: str) -> _Channel:
         try:

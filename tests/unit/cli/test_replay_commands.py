@@ -158,6 +158,11 @@ def test_compare_user_mistakes_exit_2(
             ["--topic-prefix", "prod.", "replay", "--calls", "c1", "--shadow-prefix", "prod."],
             "must not write into the topics it replays",
         ),
+        (
+            ["replay", "--calls", "c1", "--output", "/nonexistent/folder/out.jsonl"],
+            "cannot write there",
+        ),
+        (["replay", "--calls", "c1", "--output", "/"], "is a directory"),
         (["tail", "--max-records", "0"], "--max-records must be at least 1"),
         (["tail", "--idle-exit-s", "0"], "--idle-exit-s must be positive"),
     ],

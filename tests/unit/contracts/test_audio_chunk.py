@@ -13,6 +13,8 @@ from pipeline.contracts import audio_chunk
 from pipeline.contracts.audio_chunk import (
     CONTRACT_VERSION,
     MAX_CALL_ID_BYTES,
+    MAX_CAPTURE_MS,
+    MAX_SEQ,
     REQUIRED_HEADERS,
     SUPPORTED_SAMPLE_RATES_HZ,
     AudioChunk,
@@ -184,6 +186,9 @@ def test_code_and_machine_readable_contract_agree() -> None:
         e.value: e.bytes_per_sample for e in Encoding
     }
     assert [h["name"] for h in contract["headers"]] == [h.value for h in Header]
+    bounds = {h["name"]: h.get("max") for h in contract["headers"]}
+    assert bounds[Header.SEQ] == MAX_SEQ
+    assert bounds[Header.CAPTURE_MS] == MAX_CAPTURE_MS
     required = [h["name"] for h in contract["headers"] if h["required"]]
     assert required == [h.value for h in REQUIRED_HEADERS]
 
@@ -220,3 +225,40 @@ def test_the_hot_path_agrees_with_the_full_validation(
         return
     assert fast is None or fast == checked
     assert decode_chunk(key, value, headers) == checked
+
+
+def test_an_ordinary_chunk_takes_the_hot_path() -> None:
+    chunk = AudioChunk("call-1", "agent", 7, 16000, Encoding.PCM_S16LE, memoryview(b"\0" * 640))
+    decoded = audio_chunk._decode_ordinary(
+        *encode_chunk(chunk), audio_chunk.DEFAULT_MAX_PAYLOAD_BYTES
+    )
+    assert decoded == chunk
+
+
+@pytest.mark.parametrize(
+    ("header", "value", "reason"),
+    [
+        (Header.SEQ, str(MAX_SEQ + 1), RejectReason.BAD_SEQUENCE),
+        (Header.CAPTURE_MS, str(MAX_CAPTURE_MS + 1), RejectReason.BAD_HEADER_VALUE),
+        (Header.CAPTURE_MS, "9" * 19, RejectReason.BAD_HEADER_VALUE),
+    ],
+)
+def test_numbers_beyond_their_bound_are_refused(header: Header, value: str, reason: str) -> None:
+    # A capture time of 9.9e18 ms used to pass and make a final whose latency no 64-bit JSON
+    # integer holds: the worker crashed on it, and on it again after every restart.
+    headers = [(name, raw) for name, raw in good_headers() if name != header]
+    headers.append((header, value.encode()))
+    with pytest.raises(ChunkRejectedError) as refused:
+        decode_chunk(b"call-1", b"\0" * 640, headers)
+    assert refused.value.reason == reason
+    assert audio_chunk._decode_ordinary(b"call-1", b"\0" * 640, headers, 65536) is None
+
+
+def test_the_largest_numbers_are_accepted() -> None:
+    headers = [(n, r) for n, r in good_headers() if n not in (Header.SEQ, Header.CAPTURE_MS)]
+    headers += [
+        (Header.SEQ, str(MAX_SEQ).encode()),
+        (Header.CAPTURE_MS, str(MAX_CAPTURE_MS).encode()),
+    ]
+    chunk = decode_chunk(b"call-1", b"\0" * 640, headers)
+    assert (chunk.seq, chunk.capture_ms) == (MAX_SEQ, MAX_CAPTURE_MS)

@@ -131,6 +131,13 @@ def test_open_call_refuses_what_the_contract_would_reject(
         publisher.open_call("x" * 200)
 
 
+@pytest.mark.parametrize("kwargs", [{"call_id": "ab\udcff"}, {"call_id": "c", "tenant": "t\udcff"}])
+def test_text_that_is_not_encodable_is_refused_with_one_line(kwargs: dict[str, str]) -> None:
+    # What `--call-id $'ab\xff'` becomes on a UTF-8 command line: a lone surrogate.
+    with pytest.raises(ConfigError, match="valid text"):
+        _publisher(FakeTransport()).open_call(**kwargs)  # type: ignore[arg-type]
+
+
 def test_one_open_call_per_id_and_no_audio_after_end() -> None:
     publisher = _publisher(FakeTransport())
     call = publisher.open_call("c6")
