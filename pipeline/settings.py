@@ -6,16 +6,26 @@ Each field declares its environment variable and help in ``field(metadata=...)``
 lists every setting with its default and variable (the README's configuration table and
 ``streamscribe config`` are generated from it).
 
-librdkafka settings pass through untouched: ``[kafka.client]`` in the file, or environment
+Every value is checked when settings are loaded (``validate_settings``): a value from the file
+must have the setting's TOML type (an integer for an int setting, never a bool or a float), a
+value from the environment must parse as that type, and both must lie within the bounds the
+field declares (``setting(minimum=…, maximum=…, non_empty=…, pattern=…)``). A violation is a
+``ConfigError`` naming the setting, its variable, the value and what is allowed.
+
+librdkafka settings pass through untouched: ``[kafka.client]`` in the file (dotted keys, quoted
+or not: ``sasl.password = "…"`` and ``"sasl.password" = "…"`` are the same key), or environment
 variables ``STREAMSCRIBE_LIBRDKAFKA_<KEY>`` where the key's dots are written as underscores
-(``STREAMSCRIBE_LIBRDKAFKA_SASL_USERNAME`` → ``sasl.username``). Values of keys that look secret
-are masked whenever settings are shown.
+(``STREAMSCRIBE_LIBRDKAFKA_SASL_USERNAME`` → ``sasl.username``). Whenever settings are shown,
+values of keys that look secret are masked, and so is the password of any URL
+(``redis://:pw@host`` → ``redis://:***@host``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import tomllib
 import types
 from collections.abc import Iterator, Mapping
@@ -39,8 +49,10 @@ __all__ = [
     "WorkerSettings",
     "describe_settings",
     "load_settings",
+    "mask_url_passwords",
     "masked_client_config",
     "setting",
+    "validate_settings",
 ]
 
 ENV_PREFIX = "STREAMSCRIBE_"
@@ -57,9 +69,39 @@ SECRET_KEY_MARKERS = (
 )
 
 
-def setting(default: Any, env: str, help: str) -> Any:
-    """A dataclass field with its environment variable (without prefix) and a one-line help."""
-    return field(default=default, metadata={"env": ENV_PREFIX + env, "help": help})
+DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"
+"""The values of ``asr.device`` (``pipeline.asr.factory.resolve_device`` resolves them)."""
+
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#\s]*:)[^/?#\s]*@")
+
+
+def setting(
+    default: Any,
+    env: str,
+    help: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    greater_than: float | None = None,
+    non_empty: bool = False,
+    pattern: str | None = None,
+    expects: str = "",
+) -> Any:
+    """A dataclass field with its environment variable (without prefix), a one-line help, and
+    the values it accepts: numbers within ``minimum``..``maximum`` (inclusive) and above
+    ``greater_than`` (exclusive); strings that are not blank (``non_empty``) or that match
+    ``pattern`` as a whole (``expects`` describes it in errors)."""
+    metadata = {
+        "env": ENV_PREFIX + env,
+        "help": help,
+        "minimum": minimum,
+        "maximum": maximum,
+        "greater_than": greater_than,
+        "non_empty": non_empty,
+        "pattern": pattern,
+        "expects": expects,
+    }
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +109,20 @@ class KafkaSettings:
     """Where the brokers are and how topics are named."""
 
     bootstrap_servers: str = setting(
-        "127.0.0.1:19092", "KAFKA_BOOTSTRAP", "Kafka bootstrap servers (host:port,…)"
+        "127.0.0.1:19092",
+        "KAFKA_BOOTSTRAP",
+        "Kafka bootstrap servers (host:port,…)",
+        non_empty=True,
     )
     topic_prefix: str = setting(
         "", "TOPIC_PREFIX", "prefix prepended to every topic name (per environment)"
     )
     replication_factor: int = setting(
-        1, "REPLICATION_FACTOR", "replication factor of topics created by `topics apply`"
+        1,
+        "REPLICATION_FACTOR",
+        "replication factor of topics created by `topics apply`",
+        minimum=1,
+        maximum=32767,  # Kafka's int16
     )
     client: Mapping[str, str] = field(
         default_factory=dict,
@@ -88,7 +137,13 @@ class KafkaSettings:
 class RedisSettings:
     """Where Redis is (hotword lists and their live updates)."""
 
-    url: str = setting("redis://127.0.0.1:16379/0", "REDIS_URL", "Redis URL")
+    url: str = setting(
+        "redis://127.0.0.1:16379/0",
+        "REDIS_URL",
+        "Redis URL",
+        pattern=r"(redis|rediss|unix)://.+",
+        expects="a redis://, rediss:// or unix:// URL",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,27 +154,60 @@ class AsrSettings:
     model_dir: str = setting(
         "", "MODEL_DIR", "CTranslate2 Whisper directory; empty = bundled tiny.en"
     )
-    device: str = setting("auto", "DEVICE", "torch device: auto (cuda when present), cpu, cuda")
-    threads: int = setting(0, "TORCH_THREADS", "CPU threads for torch; 0 = all cores")
-    hop_ms: int = setting(500, "HOP_MS", "re-decode an open utterance every this much audio")
-    min_decode_ms: int = setting(500, "MIN_DECODE_MS", "first partial after this much speech")
-    max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass")
+    device: str = setting(
+        "auto",
+        "DEVICE",
+        "torch device: auto (cuda when present), cpu, cuda, cuda:N",
+        pattern=DEVICE_PATTERN,
+        expects="auto, cpu, cuda or cuda:N",
+    )
+    threads: int = setting(0, "TORCH_THREADS", "CPU threads for torch; 0 = all cores", minimum=0)
+    hop_ms: int = setting(
+        500, "HOP_MS", "re-decode an open utterance every this much audio", minimum=1
+    )
+    min_decode_ms: int = setting(
+        500, "MIN_DECODE_MS", "first partial after this much speech", minimum=0
+    )
+    max_batch: int = setting(16, "MAX_BATCH", "most windows per recognizer forward pass", minimum=1)
     step_budget_ms: int = setting(
-        300, "STEP_BUDGET_MS", "wall-time budget of a step's partial decodes; 0 = none"
+        300,
+        "STEP_BUDGET_MS",
+        "wall-time budget of a step's partial decodes; 0 = none",
+        minimum=0,
     )
     early_final_ms: int = setting(
         300,
         "EARLY_FINAL_MS",
         "decode a final this far into its trailing silence; 0 = at the endpoint",
+        minimum=0,
     )
-    margin_ms: int = setting(2000, "WINDOW_MARGIN_MS", "silence appended to each decoding window")
-    min_window_ms: int = setting(10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)")
-    vad_threshold: float = setting(0.5, "VAD_THRESHOLD", "speech probability that starts speech")
-    speech_pad_ms: int = setting(60, "SPEECH_PAD_MS", "audio kept around detected speech")
+    # Whisper's encoder sees at most 30 s: a longer margin or window would be cut to that.
+    margin_ms: int = setting(
+        2000,
+        "WINDOW_MARGIN_MS",
+        "silence appended to each decoding window",
+        minimum=0,
+        maximum=30000,
+    )
+    min_window_ms: int = setting(
+        10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)", minimum=0, maximum=30000
+    )
+    vad_threshold: float = setting(
+        0.5,
+        "VAD_THRESHOLD",
+        "speech probability that starts speech",
+        greater_than=0.0,
+        maximum=1.0,
+    )
+    speech_pad_ms: int = setting(
+        60, "SPEECH_PAD_MS", "audio kept around detected speech", minimum=0
+    )
     endpoint_silence_ms: int = setting(
-        800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance"
+        800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance", minimum=1
     )
-    max_utterance_ms: int = setting(20000, "MAX_UTTERANCE_MS", "longest utterance before a cut")
+    max_utterance_ms: int = setting(
+        20000, "MAX_UTTERANCE_MS", "longest utterance before a cut", minimum=1
+    )
     tenant_endpoints: str = setting(
         "",
         "TENANT_ENDPOINTS",
@@ -136,50 +224,83 @@ class AsrSettings:
 class WorkerSettings:
     """The ASR worker (``streamscribe worker``)."""
 
-    group_id: str = setting("streamscribe-asr", "GROUP_ID", "consumer group of the ASR workers")
+    group_id: str = setting(
+        "streamscribe-asr", "GROUP_ID", "consumer group of the ASR workers", non_empty=True
+    )
     worker_id: str = setting(
         "", "WORKER_ID", "stable id of this worker (transactional id); empty = host-pid"
     )
     static_membership: bool = setting(
         False, "STATIC_MEMBERSHIP", "use worker_id as group.instance.id (static membership)"
     )
-    poll_batch: int = setting(1000, "POLL_BATCH", "most records taken per poll")
-    poll_timeout_ms: int = setting(20, "POLL_TIMEOUT_MS", "longest wait for records per poll")
+    poll_batch: int = setting(
+        1000,
+        "POLL_BATCH",
+        "most records taken per poll",
+        minimum=1,
+        maximum=1_000_000,  # confluent-kafka's limit of one consume()
+    )
+    poll_timeout_ms: int = setting(
+        20, "POLL_TIMEOUT_MS", "longest wait for records per poll", minimum=0
+    )
     commit_interval_ms: int = setting(
-        1000, "COMMIT_INTERVAL_MS", "commit offsets and checkpoints at least this often"
+        1000,
+        "COMMIT_INTERVAL_MS",
+        "commit offsets and checkpoints at least this often",
+        minimum=0,
     )
     checkpoint_interval_ms: int = setting(
-        5000, "CHECKPOINT_INTERVAL_MS", "snapshot an idle session's progress at most this often"
+        5000,
+        "CHECKPOINT_INTERVAL_MS",
+        "snapshot an idle session's progress at most this often",
+        minimum=0,
     )
     idle_timeout_ms: int = setting(
         30000,
         "IDLE_TIMEOUT_MS",
         "close a session after this long without its audio (time spent fetching: pauses and "
         "stalls do not count)",
+        minimum=1,
     )
     ended_retention_ms: int = setting(
         3_600_000,
         "ENDED_RETENTION_MS",
         "remember an ended channel this long (its late chunks are refused), then forget it",
+        minimum=0,
     )
-    max_call_ms: int = setting(14_400_000, "MAX_CALL_MS", "longest call per channel (audio ms)")
-    max_open_sessions: int = setting(2000, "MAX_OPEN_SESSIONS", "most open sessions per worker")
-    max_chunk_bytes: int = setting(65536, "MAX_CHUNK_BYTES", "largest accepted audio payload")
+    max_call_ms: int = setting(
+        14_400_000, "MAX_CALL_MS", "longest call per channel (audio ms)", minimum=1
+    )
+    max_open_sessions: int = setting(
+        2000, "MAX_OPEN_SESSIONS", "most open sessions per worker", minimum=1
+    )
+    max_chunk_bytes: int = setting(
+        65536, "MAX_CHUNK_BYTES", "largest accepted audio payload", minimum=1
+    )
     max_pending_jobs: int = setting(
         64,
         "MAX_PENDING_JOBS",
         "thin partials when more decodes than half this are due; pause partitions when more "
         "finals than this wait",
+        minimum=1,
     )
-    max_step_jobs: int = setting(64, "MAX_STEP_JOBS", "most decodes per engine step")
+    max_step_jobs: int = setting(64, "MAX_STEP_JOBS", "most decodes per engine step", minimum=1)
     session_timeout_ms: int = setting(
-        10000, "KAFKA_SESSION_TIMEOUT_MS", "group session timeout (failover detection)"
+        10000,
+        "KAFKA_SESSION_TIMEOUT_MS",
+        "group session timeout (failover detection)",
+        minimum=1,
+        maximum=300_000,  # librdkafka: at most the consumer's max.poll.interval.ms
     )
     transaction_timeout_ms: int = setting(
-        10000, "TRANSACTION_TIMEOUT_MS", "abort a dead worker's open transaction after this"
+        10000,
+        "TRANSACTION_TIMEOUT_MS",
+        "abort a dead worker's open transaction after this",
+        minimum=1000,  # librdkafka's range of transaction.timeout.ms
+        maximum=2_147_483_647,
     )
     shutdown_timeout_ms: int = setting(
-        10000, "SHUTDOWN_TIMEOUT_MS", "SIGTERM: exit within this long"
+        10000, "SHUTDOWN_TIMEOUT_MS", "SIGTERM: exit within this long", minimum=0
     )
 
 
@@ -187,14 +308,24 @@ class WorkerSettings:
 class PublisherSettings:
     """How producers cut and send audio (``AudioPublisher``, ``publish``, ``simulate``)."""
 
-    chunk_ms: int = setting(20, "CHUNK_MS", "audio per chunk record, milliseconds")
+    chunk_ms: int = setting(20, "CHUNK_MS", "audio per chunk record, milliseconds", minimum=1)
     linger_ms: int = setting(
-        5, "PUBLISH_LINGER_MS", "producer batching delay (librdkafka linger.ms)"
+        5,
+        "PUBLISH_LINGER_MS",
+        "producer batching delay (librdkafka linger.ms)",
+        minimum=0,
+        maximum=900_000,  # librdkafka's range of linger.ms
     )
     delivery_timeout_ms: int = setting(
-        30000, "PUBLISH_DELIVERY_TIMEOUT_MS", "give up on a chunk's delivery after this long"
+        30000,
+        "PUBLISH_DELIVERY_TIMEOUT_MS",
+        "give up on a chunk's delivery after this long",
+        minimum=1,
+        maximum=2_147_483_647,
     )
-    tenant: str = setting("default", "TENANT", "tenant id of published calls (ss-tenant)")
+    tenant: str = setting(
+        "default", "TENANT", "tenant id of published calls (ss-tenant)", non_empty=True
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,30 +337,41 @@ class QaSettings:
         "QA_APP_ID",
         "faust app id (consumer group, table and internal topic names; the topic prefix is "
         "prepended)",
+        non_empty=True,
     )
-    web_port: int = setting(6066, "QA_WEB_PORT", "port of the QA app's web views and /metrics")
+    web_port: int = setting(
+        6066,
+        "QA_WEB_PORT",
+        "port of the QA app's web views and /metrics",
+        minimum=1,
+        maximum=65535,
+    )
     web_bind: str = setting("0.0.0.0", "QA_WEB_BIND", "address the QA app's web server binds")
     rules_file: str = setting("", "QA_RULES_FILE", "compliance rules file (TOML); empty = built-in")
     partitions: int = setting(
         6,
         "QA_PARTITIONS",
         "partitions of the QA app's internal input topic and table changelogs (fixed once created)",
+        minimum=1,
     )
     idle_timeout_ms: int = setting(
         1_800_000,
         "QA_IDLE_TIMEOUT_MS",
         "a call without session_ended for every channel ends after this long without records",
+        minimum=1,
     )
     end_grace_ms: int = setting(
         5_000,
         "QA_END_GRACE_MS",
         "an ended call whose session_ended events carry no finals count (detail.utterances) is "
         "published once it has been quiet this long (finals and events arrive on different topics)",
+        minimum=0,
     )
     retention_ms: int = setting(
         86_400_000,
         "QA_RETENTION_MS",
         "ended calls stay in the QA tables (late finals, web views) this long",
+        minimum=0,
     )
 
 
@@ -237,15 +379,27 @@ class QaSettings:
 class MetricsSettings:
     """Prometheus exposition and probes of a worker (``pipeline.runtime.health``)."""
 
-    port: int = setting(9400, "METRICS_PORT", "port of /metrics, /healthz and /readyz (0 = off)")
+    port: int = setting(
+        9400,
+        "METRICS_PORT",
+        "port of /metrics, /healthz and /readyz (0 = off)",
+        minimum=0,
+        maximum=65535,
+    )
     host: str = setting(
         "0.0.0.0", "METRICS_HOST", "address /metrics, /healthz and /readyz listen on"
     )
     gpu_sample_interval_ms: int = setting(
-        5000, "METRICS_GPU_SAMPLE_INTERVAL_MS", "period of GPU utilization and memory sampling"
+        5000,
+        "METRICS_GPU_SAMPLE_INTERVAL_MS",
+        "period of GPU utilization and memory sampling",
+        minimum=1,
     )
     probe_timeout_ms: int = setting(
-        2000, "METRICS_PROBE_TIMEOUT_MS", "timeout of one Kafka / Redis reachability probe"
+        2000,
+        "METRICS_PROBE_TIMEOUT_MS",
+        "timeout of one Kafka / Redis reachability probe",
+        minimum=1,
     )
 
 
@@ -254,29 +408,46 @@ class HotwordSettings:
     """Hotword lists in Redis and how strongly they bias decoding (``docs/hotwords.md``)."""
 
     key_prefix: str = setting(
-        "ss:hotwords", "HOTWORDS_KEY_PREFIX", "prefix of hotword keys and channel in Redis"
+        "ss:hotwords",
+        "HOTWORDS_KEY_PREFIX",
+        "prefix of hotword keys and channel in Redis",
+        non_empty=True,
     )
     call_ttl_s: int = setting(
-        86400, "HOTWORDS_CALL_TTL_S", "a per-call list expires this long after its last change"
+        86400,
+        "HOTWORDS_CALL_TTL_S",
+        "a per-call list expires this long after its last change",
+        minimum=0,  # 0: never (HotwordStore's own contract)
     )
     start_bonus: float = setting(
         5.0,
         "HOTWORDS_START_BONUS",
         "largest logit bonus of a phrase's first token (× its boost; scaled by token rarity)",
+        minimum=0.0,
     )
     continue_bonus: float = setting(
         7.0,
         "HOTWORDS_CONTINUE_BONUS",
         "logit bonus of the next token of a phrase in progress (× its boost)",
+        minimum=0.0,
     )
     resync_interval_ms: int = setting(
-        30000, "HOTWORDS_RESYNC_INTERVAL_MS", "version check (reload on mismatch) and TTL sweep"
+        30000,
+        "HOTWORDS_RESYNC_INTERVAL_MS",
+        "version check (reload on mismatch) and TTL sweep",
+        minimum=1,
     )
     reconnect_initial_ms: int = setting(
-        100, "HOTWORDS_RECONNECT_INITIAL_MS", "first reconnect delay after Redis is lost"
+        100,
+        "HOTWORDS_RECONNECT_INITIAL_MS",
+        "first reconnect delay after Redis is lost",
+        minimum=1,
     )
     reconnect_max_ms: int = setting(
-        10000, "HOTWORDS_RECONNECT_MAX_MS", "longest reconnect delay (exponential backoff)"
+        10000,
+        "HOTWORDS_RECONNECT_MAX_MS",
+        "longest reconnect delay (exponential backoff)",
+        minimum=1,
     )
 
 
@@ -284,19 +455,32 @@ class HotwordSettings:
 class MonitorSettings:
     """The web monitor for supervisors and QA analysts (``streamscribe monitor``)."""
 
-    port: int = setting(6070, "MONITOR_PORT", "port of the monitor's web pages and JSON APIs")
+    port: int = setting(
+        6070,
+        "MONITOR_PORT",
+        "port of the monitor's web pages and JSON APIs",
+        minimum=1,
+        maximum=65535,
+    )
     bind: str = setting("0.0.0.0", "MONITOR_BIND", "address the monitor's web server binds")
     max_calls: int = setting(
-        1000, "MONITOR_MAX_CALLS", "most calls held in memory (live and recent); oldest evicted"
+        1000,
+        "MONITOR_MAX_CALLS",
+        "most calls held in memory (live and recent); oldest evicted",
+        minimum=1,
     )
     max_age_ms: int = setting(
         86_400_000,
         "MONITOR_MAX_AGE_MS",
         "a call leaves the monitor this long after its last record; also how far back the "
         "topics are read at start",
+        minimum=1,
     )
     ended_linger_ms: int = setting(
-        60_000, "MONITOR_ENDED_LINGER_MS", "an ended call stays on the live page this long"
+        60_000,
+        "MONITOR_ENDED_LINGER_MS",
+        "an ended call stays on the live page this long",
+        minimum=0,
     )
     worker_metrics_urls: str = setting(
         "",
@@ -304,10 +488,16 @@ class MonitorSettings:
         "comma-separated /metrics URLs of the ASR workers for the health strip; empty = unknown",
     )
     metrics_interval_ms: int = setting(
-        5000, "MONITOR_METRICS_INTERVAL_MS", "how often the workers' /metrics are read"
+        5000,
+        "MONITOR_METRICS_INTERVAL_MS",
+        "how often the workers' /metrics are read",
+        minimum=100,
     )
     metrics_window_ms: int = setting(
-        60_000, "MONITOR_METRICS_WINDOW_MS", "P95 latencies and the DLQ rate cover this window"
+        60_000,
+        "MONITOR_METRICS_WINDOW_MS",
+        "P95 latencies and the DLQ rate cover this window",
+        minimum=100,
     )
 
 
@@ -338,30 +528,58 @@ class SettingInfo:
 
 T = TypeVar("T")
 
+_TOML_KINDS: dict[Any, tuple[tuple[type, ...], str]] = {
+    bool: ((bool,), "true or false"),
+    int: ((int,), "an integer"),
+    float: ((int, float), "a number"),
+    str: ((str,), "a string"),
+}
 
-def _coerce(value: Any, kind: Any, name: str, env: str) -> Any:
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` with URL passwords masked: error messages may be logged or pasted."""
+    return mask_url_passwords(repr(value)) if isinstance(value, str) else repr(value)
+
+
+def _from_env(value: str, kind: Any, name: str, env: str) -> Any:
+    """An environment variable's text parsed as ``kind``."""
     if kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
+        text = value.strip().lower()
         if text in ("1", "true", "yes", "on"):
             return True
         if text in ("0", "false", "no", "off"):
             return False
-        raise ConfigError(f"{name} ({env}) must be true or false, got {value!r}")
-    if kind in (int, float):
+        raise ConfigError(f"{name} ({env}) must be true or false, got {_shown(value)}")
+    if kind is int:
         try:
-            return kind(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} ({env}) must be a number, got {value!r}") from None
-    if kind is str:
-        return str(value)
-    if isinstance(kind, types.UnionType) and value in ("", None):
-        return None
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{name} ({env}) must be an integer, got {_shown(value)}") from None
+    if kind is float:
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{name} ({env}) must be a number, got {_shown(value)}") from None
+    if isinstance(kind, types.UnionType):
+        if value == "":
+            return None
+        inner = [k for k in kind.__args__ if k is not type(None)]
+        return _from_env(value, inner[0], name, env)
+    return value
+
+
+def _from_file(value: Any, kind: Any, name: str, env: str) -> Any:
+    """A TOML value, which must already have the setting's type (an integer is a float too;
+    a bool is never a number): the file says what it means, nothing is converted."""
     if isinstance(kind, types.UnionType):
         inner = [k for k in kind.__args__ if k is not type(None)]
-        return _coerce(value, inner[0], name, env)
-    return value
+        return _from_file(value, inner[0], name, env)
+    accepted, described = _TOML_KINDS[kind]
+    if type(value) not in accepted:
+        raise ConfigError(
+            f"{name} ({env}) must be {described} in the settings file, got {_shown(value)}"
+        )
+    return float(value) if kind is float else value
 
 
 def _build(cls: type[T], section: Mapping[str, Any], env: Mapping[str, str], path: str) -> T:
@@ -381,17 +599,44 @@ def _build(cls: type[T], section: Mapping[str, Any], env: Mapping[str, str], pat
             values[spec.name] = _librdkafka_config(section.get("client", {}), env)
             continue
         if env_name in env:
-            values[spec.name] = _coerce(env[env_name], kind, name, env_name)
+            values[spec.name] = _from_env(env[env_name], kind, name, env_name)
         elif spec.name in section:
-            values[spec.name] = _coerce(section[spec.name], kind, name, env_name)
+            values[spec.name] = _from_file(section[spec.name], kind, name, env_name)
     unknown = set(section) - {spec.name for spec in dataclasses.fields(cls)}  # type: ignore[arg-type]
     if unknown:
         raise ConfigError(f"unknown setting(s) in the settings file: {sorted(unknown)} ({path})")
     return cls(**values)
 
 
-def _librdkafka_config(from_file: Mapping[str, Any], env: Mapping[str, str]) -> dict[str, str]:
-    config = {str(k): str(v) for k, v in from_file.items()}
+def _flatten_client(table: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, str]]:
+    """``{"sasl": {"password": "x"}}`` → ``("sasl.password", "x")``: TOML reads an unquoted
+    dotted key as nested tables, librdkafka wants the dotted name."""
+    for key, value in table.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _flatten_client(value, name + ".")
+        elif isinstance(value, bool):
+            yield name, "true" if value else "false"
+        elif isinstance(value, str | int | float):
+            yield name, str(value)
+        else:
+            # The value itself is not shown: it may be a secret.
+            raise ConfigError(
+                f"kafka.client {name} must be a string, number or boolean in the settings "
+                f"file, got a {type(value).__name__}"
+            )
+
+
+def _librdkafka_config(from_file: Any, env: Mapping[str, str]) -> dict[str, str]:
+    if not isinstance(from_file, Mapping):
+        raise ConfigError(
+            "[kafka.client] must be a table of librdkafka settings in the settings file"
+        )
+    config: dict[str, str] = {}
+    for key, value in _flatten_client(from_file, ""):
+        if key in config:
+            raise ConfigError(f"kafka.client {key} is given twice in the settings file")
+        config[key] = value
     for name, value in env.items():
         if name.startswith(LIBRDKAFKA_ENV_PREFIX):
             key = name.removeprefix(LIBRDKAFKA_ENV_PREFIX).lower().replace("_", ".")
@@ -403,17 +648,67 @@ def load_settings(path: Path | str | None = None, env: Mapping[str, str] | None 
     """Defaults, overlaid by the TOML file (``path`` or ``$STREAMSCRIBE_CONFIG``), then env vars.
 
     Raises:
-        ConfigError: unreadable file, unknown key, or a value of the wrong type.
+        ConfigError: unreadable or non-UTF-8 file, unknown key, a value of the wrong type, or
+            a value outside its setting's bounds (``validate_settings``).
     """
     environ = os.environ if env is None else env
     file_path = path if path is not None else environ.get(ENV_PREFIX + "CONFIG")
     data: dict[str, Any] = {}
     if file_path:
         try:
-            data = tomllib.loads(Path(file_path).read_text())
+            data = tomllib.loads(Path(file_path).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as error:
+            raise ConfigError(
+                f"cannot read settings file {file_path}: not UTF-8 (byte {error.start})"
+            ) from None
         except (OSError, tomllib.TOMLDecodeError) as error:
             raise ConfigError(f"cannot read settings file {file_path}: {error}") from None
-    return _build(Settings, data, environ, "")
+    return validate_settings(_build(Settings, data, environ, ""))
+
+
+def _violation(metadata: Mapping[str, Any], value: Any) -> str | None:
+    """What ``value`` must be, when it breaks the bounds declared in ``metadata``; else None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "a finite number"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        low, high = metadata.get("minimum"), metadata.get("maximum")
+        above = metadata.get("greater_than")
+        if (
+            (low is not None and value < low)
+            or (high is not None and value > high)
+            or (above is not None and value <= above)
+        ):
+            if above is not None:
+                return f"greater than {above}" + ("" if high is None else f" and at most {high}")
+            if low is not None and high is not None:
+                return f"between {low} and {high}"
+            return f"at least {low}" if low is not None else f"at most {high}"
+    if isinstance(value, str):
+        if metadata.get("non_empty") and not value.strip():
+            return "non-empty"
+        pattern = metadata.get("pattern")
+        if pattern is not None and not re.fullmatch(pattern, value):
+            return str(metadata["expects"])
+    return None
+
+
+def validate_settings(settings: Settings) -> Settings:
+    """``settings`` itself, once every value is within the bounds its field declares.
+
+    ``load_settings`` calls it; call it again after replacing values (a command-line flag that
+    overrides a setting), so a flag is held to the same bounds as the variable.
+
+    Raises:
+        ConfigError: the first value out of bounds, naming the setting, its environment
+            variable, the value and what is allowed.
+    """
+    for name, spec, value in _walk(Settings, settings, ""):
+        must_be = _violation(spec.metadata, value)
+        if must_be is not None:
+            raise ConfigError(
+                f"{name} ({spec.metadata['env']}) must be {must_be}, got {_shown(value)}"
+            )
+    return settings
 
 
 def _walk(cls: type[Any], instance: Any, path: str) -> Iterator[tuple[str, Any, Any]]:
@@ -427,18 +722,36 @@ def _walk(cls: type[Any], instance: Any, path: str) -> Iterator[tuple[str, Any, 
 
 
 def describe_settings(settings: Settings | None = None) -> list[SettingInfo]:
-    """Every setting with its env variable, and its value in ``settings`` (defaults if None)."""
+    """Every setting with its env variable, and its value in ``settings`` (defaults if None).
+
+    Secrets are masked: secret-looking librdkafka values, and the password of any URL."""
     current = settings or Settings()
     rows = []
     for name, spec, value in _walk(Settings, current, ""):
         shown = masked_client_config(value) if name == "kafka.client" else value
-        rows.append(SettingInfo(name, spec.metadata["env"], repr(shown), spec.metadata["help"]))
+        rows.append(
+            SettingInfo(
+                name, spec.metadata["env"], mask_url_passwords(repr(shown)), spec.metadata["help"]
+            )
+        )
     return rows
 
 
+def mask_url_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it replaced by ``***``
+    (``rediss://user:pw@host:6380/0`` → ``rediss://user:***@host:6380/0``); the rest, user
+    names included, is left as it is."""
+    return _URL_PASSWORD.sub(r"\g<head>***@", text)
+
+
 def masked_client_config(config: Mapping[str, str]) -> dict[str, str]:
-    """A copy of a librdkafka config whose secret-looking values are replaced by ``***``."""
+    """A copy of a librdkafka config whose secret-looking values are replaced by ``***`` (and
+    whose URLs lose their passwords)."""
     return {
-        key: ("***" if any(marker in key.lower() for marker in SECRET_KEY_MARKERS) else value)
+        key: (
+            "***"
+            if any(marker in key.lower() for marker in SECRET_KEY_MARKERS)
+            else mask_url_passwords(value)
+        )
         for key, value in config.items()
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from pipeline.audio.denoise import rnnoise_library_path
 from pipeline.clock import Clock
 from pipeline.contracts.audio_chunk import LABEL_PATTERN, MAX_TENANT_BYTES
 from pipeline.errors import ConfigError
-from pipeline.settings import AsrSettings
+from pipeline.settings import DEVICE_PATTERN, AsrSettings
 
 __all__ = [
     "LoadedEngine",
@@ -30,9 +31,26 @@ __all__ = [
 
 
 def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``."""
+    """``auto`` → ``cuda`` when a GPU is visible, else ``cpu``; ``cpu``, ``cuda`` and
+    ``cuda:N`` are kept as they are.
+
+    Raises:
+        ConfigError: any other name (``gpu``, ``mps``…), or a CUDA device that is not visible.
+    """
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    if not re.fullmatch(DEVICE_PATTERN, device):
+        raise ConfigError(
+            f"asr.device (STREAMSCRIBE_DEVICE) must be auto, cpu, cuda or cuda:N, got {device!r}"
+        )
+    if device != "cpu":
+        index = int(device.partition(":")[2] or 0)
+        visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if index >= visible:
+            raise ConfigError(
+                f"asr.device (STREAMSCRIBE_DEVICE) is {device!r} but {visible} CUDA device(s) "
+                "are visible (use auto or cpu)"
+            )
     return device
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Any
 
-from pipeline.settings import Settings, load_settings
+from pipeline.settings import Settings, load_settings, mask_url_passwords, validate_settings
 
 __all__ = [
     "LOG_LEVELS",
@@ -39,7 +39,7 @@ class InvalidEnv:
     reason: str
 
     def message(self) -> str:
-        return f"{self.env}={self.raw!r}: {self.reason}"
+        return f"{self.env}={mask_url_passwords(repr(self.raw))}: {self.reason}"
 
 
 def add_env_option(
@@ -50,12 +50,16 @@ def add_env_option(
     **kwargs: Any,
 ) -> None:
     """``parser.add_argument`` whose default is read from ``env`` (named in the help), converted
-    and checked like a command-line value (``type``, ``choices``, on/off for flags)."""
+    and checked like a command-line value (``type``, ``choices``, on/off for flags).
+
+    The help shows the default with the password of any URL in it masked (``--redis-url``
+    from ``redis://:pw@host`` shows ``redis://:***@host``): help text ends up in terminals,
+    logs and bug reports."""
     default = kwargs.pop("default", None)
     if env in os.environ:
         default = _from_env(env, os.environ[env], kwargs)
     shown = f" (env {env}" + (
-        f"; default {default!r})"
+        f"; default {mask_url_passwords(repr(default))})"
         if default not in (None, False) and not isinstance(default, InvalidEnv)
         else ")"
     )
@@ -129,11 +133,15 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    """Settings from file and environment, with the global flags applied on top."""
+    """Settings from file and environment, with the global flags applied on top.
+
+    Raises:
+        ConfigError: an unreadable settings file or an invalid value (``load_settings``).
+    """
     settings = load_settings(args.config)
     kafka = settings.kafka
     if args.bootstrap:
         kafka = dataclasses.replace(kafka, bootstrap_servers=args.bootstrap)
     if args.topic_prefix is not None:
         kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)
-    return dataclasses.replace(settings, kafka=kafka)
+    return validate_settings(dataclasses.replace(settings, kafka=kafka))

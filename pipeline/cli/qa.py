@@ -11,9 +11,8 @@ import dataclasses
 from typing import Any
 
 from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
-from pipeline.errors import ConfigError
 from pipeline.qa.rules import QaRules, load_rules
-from pipeline.settings import QaSettings, Settings
+from pipeline.settings import Settings, validate_settings
 
 __all__ = ["register"]
 
@@ -57,20 +56,8 @@ def _qa_settings(args: argparse.Namespace) -> Settings:
         qa = dataclasses.replace(qa, rules_file=args.rules)
     if args.web_port is not None:
         qa = dataclasses.replace(qa, web_port=args.web_port)
-    _validate(qa)
-    return dataclasses.replace(settings, qa=qa)
-
-
-def _validate(qa: QaSettings) -> None:
-    if not 0 < qa.web_port < 65536:
-        raise ConfigError(f"qa.web_port (STREAMSCRIBE_QA_WEB_PORT) must be 1-65535: {qa.web_port}")
-    if qa.partitions < 1:
-        raise ConfigError("qa.partitions (STREAMSCRIBE_QA_PARTITIONS) must be at least 1")
-    if qa.idle_timeout_ms < 1 or qa.retention_ms < 0:
-        raise ConfigError(
-            "qa.idle_timeout_ms must be positive and qa.retention_ms non-negative "
-            "(STREAMSCRIBE_QA_IDLE_TIMEOUT_MS, STREAMSCRIBE_QA_RETENTION_MS)"
-        )
+    # The flags are held to the settings' bounds (port range, non-empty app id, …).
+    return validate_settings(dataclasses.replace(settings, qa=qa))
 
 
 def _describe(rules: QaRules) -> str:

@@ -10,6 +10,7 @@ import signal
 from typing import Any
 
 from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
+from pipeline.settings import validate_settings
 
 __all__ = ["register"]
 
@@ -58,6 +59,7 @@ def _run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(
             settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
         )
+    validate_settings(settings)  # the flags are held to the settings' bounds
     metrics = WorkerMetrics()
     registries: list[HotwordRegistry] = []
     worker: AsrWorker | None = None

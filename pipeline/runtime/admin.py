@@ -18,11 +18,11 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from pipeline.errors import InfrastructureError, TopicPlanError
+from pipeline.errors import ConfigError, InfrastructureError, TopicPlanError
 from pipeline.settings import KafkaSettings
 from pipeline.topics import ActionKind, ObservedTopic, TopicAction, TopicSpec, plan_topics
 
-__all__ = ["ApplyReport", "TopicAdmin"]
+__all__ = ["ApplyReport", "TopicAdmin", "admin_client", "admin_config"]
 
 ADMIN_TIMEOUT_S = 30.0
 METADATA_TIMEOUT_S = 10.0
@@ -40,12 +40,25 @@ def admin_config(settings: KafkaSettings) -> dict[str, str]:
     return {**settings.client, "bootstrap.servers": settings.bootstrap_servers}
 
 
+def admin_client(settings: KafkaSettings) -> AdminClient:
+    """An ``AdminClient`` on ``admin_config(settings)``; creating one contacts no broker.
+
+    Raises:
+        ConfigError: librdkafka refuses a property or its value (an unknown
+            ``STREAMSCRIBE_LIBRDKAFKA_*`` key, a mistyped ``[kafka.client]`` value).
+    """
+    try:
+        return AdminClient(admin_config(settings))
+    except KafkaException as error:
+        raise ConfigError(f"invalid Kafka client settings: {error.args[0].str()}") from None
+
+
 class TopicAdmin:
     """Reads and aligns the cluster's topics. One instance per command; not thread-safe."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self._settings = settings
-        self._client = AdminClient(admin_config(settings))
+        self._client = admin_client(settings)
 
     def observe(self, names: Sequence[str]) -> dict[str, ObservedTopic]:
         """Partition counts and effective configs of those of ``names`` that exist."""

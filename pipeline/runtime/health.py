@@ -25,12 +25,11 @@ from typing import Any
 import orjson
 import redis
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from pipeline.errors import InfrastructureError
-from pipeline.runtime.admin import admin_config
+from pipeline.errors import ConfigError, InfrastructureError
+from pipeline.runtime.admin import admin_client
 from pipeline.settings import KafkaSettings, MetricsSettings
 
 __all__ = [
@@ -47,6 +46,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 2.0
+MAX_PORT = 65535
 STOP_TIMEOUT_S = 5.0
 # How often the serving thread looks for a stop request: bounds how long ``stop`` waits.
 SHUTDOWN_POLL_S = 0.05
@@ -96,12 +96,16 @@ it). Without one, ``/healthz`` answers 200 while the HTTP thread runs."""
 
 
 class KafkaProbe:
-    """Is the Kafka cluster answering metadata requests? One admin client, reused per check."""
+    """Is the Kafka cluster answering metadata requests? One admin client, reused per check.
+
+    Raises (on construction):
+        ConfigError: librdkafka refuses the client settings (``admin_client``).
+    """
 
     def __init__(self, settings: KafkaSettings, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         self._bootstrap = settings.bootstrap_servers
         self._timeout_s = timeout_s
-        self._client = AdminClient(admin_config(settings))
+        self._client = admin_client(settings)
 
     def check(self) -> ReadinessCheck:
         try:
@@ -134,8 +138,9 @@ class HealthServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz`` from a daemon thread.
 
     ``port=0`` binds a free port (read it back from ``port`` after ``start``). ``start`` raises
-    ``InfrastructureError`` when the address cannot be bound; ``stop`` is idempotent and returns
-    once the socket is closed. Usable as a context manager (start on enter, stop on exit).
+    ``ConfigError`` for a port outside 0..65535 and ``InfrastructureError`` when the address
+    cannot be bound; ``stop`` is idempotent and returns once the socket is closed. Usable as a
+    context manager (start on enter, stop on exit).
     """
 
     def __init__(
@@ -158,6 +163,12 @@ class HealthServer:
     def start(self) -> None:
         if self._server is not None:
             raise RuntimeError("HealthServer already started")
+        if not 0 <= self._requested_port <= MAX_PORT:
+            # socket.bind would raise OverflowError, which is no OSError.
+            raise ConfigError(
+                f"cannot serve /metrics on port {self._requested_port}: ports are 0..{MAX_PORT}"
+                " (STREAMSCRIBE_METRICS_PORT)"
+            )
         try:
             server = _Server((self._host, self._requested_port), _Handler)
         except OSError as error:

@@ -56,3 +56,15 @@ def test_an_unusable_value_fails_only_the_command_that_reads_it(
     assert main(["replay", "--calls", "c1"]) == 2
     assert "STREAMSCRIBE_REPLAY_STEP_MS='fast': not a valid int" in capsys.readouterr().err
     assert main(["metrics"]) == 0  # another command is not affected
+
+
+def test_help_and_errors_hide_the_password_of_a_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SS_TEST_URL", "rediss://svc:hunter2@redis:6380/0")
+    parser = argparse.ArgumentParser()
+    add_env_option(parser, "--url", env="SS_TEST_URL", help="a URL")
+    shown = " ".join(parser.format_help().split())
+    assert "hunter2" not in shown
+    assert "default 'rediss://svc:***@redis:6380/0'" in shown
+    assert parser.parse_args([]).url == "rediss://svc:hunter2@redis:6380/0"  # used as given
+    held = InvalidEnv("SS_TEST_URL", "redis://:hunter2@redis:x/0", "bad port")
+    assert held.message() == "SS_TEST_URL='redis://:***@redis:x/0': bad port"

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline.errors import InfrastructureError
-from pipeline.runtime.admin import TopicAdmin
+from pipeline.errors import ConfigError, InfrastructureError
+from pipeline.runtime.admin import TopicAdmin, admin_client
 from pipeline.settings import KafkaSettings
 
 
@@ -58,3 +58,20 @@ def test_a_topic_deleted_between_listing_and_describing_is_absent() -> None:
 def test_any_other_refusal_is_an_infrastructure_error() -> None:
     with pytest.raises(InfrastructureError, match="gone"):
         _admin(KafkaError.TOPIC_AUTHORIZATION_FAILED).observe(["kept", "gone"])
+
+
+@pytest.mark.parametrize(
+    ("client", "message"),
+    [
+        ({"no.such.prop": "1"}, 'No such configuration property: "no.such.prop"'),
+        ({"security.protocol": "bogus"}, 'Invalid value "bogus" for configuration property'),
+    ],
+)
+def test_client_settings_librdkafka_refuses_are_a_config_error(
+    client: dict[str, str], message: str
+) -> None:
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", client=client)
+    with pytest.raises(ConfigError, match=f"^invalid Kafka client settings: {message}"):
+        admin_client(settings)
+    with pytest.raises(ConfigError, match="invalid Kafka client settings"):
+        TopicAdmin(settings)

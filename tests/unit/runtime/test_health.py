@@ -12,15 +12,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.errors import InfrastructureError
+from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.runtime.health import (
     HealthServer,
+    KafkaProbe,
     Readiness,
     ReadinessCheck,
     start_health_server,
 )
 from pipeline.runtime.metrics import ChunkOutcome, WorkerMetrics
-from pipeline.settings import MetricsSettings
+from pipeline.settings import KafkaSettings, MetricsSettings
 
 
 class Switch:
@@ -167,3 +168,17 @@ def test_a_taken_port_is_an_infrastructure_error(server: HealthServer, switch: S
 
 def test_settings_port_zero_means_off(metrics: WorkerMetrics, switch: Switch) -> None:
     assert start_health_server(MetricsSettings(port=0), metrics.registry, switch) is None
+
+
+@pytest.mark.parametrize("port", [70000, -1])
+def test_a_port_outside_the_tcp_range_is_a_config_error_not_an_overflow(port: int) -> None:
+    server = HealthServer(CollectorRegistry(), Switch(), port=port)
+    with pytest.raises(ConfigError, match=rf"port {port}: ports are 0\.\.65535"):
+        server.start()
+    server.stop()  # nothing was started: a no-op
+
+
+def test_a_kafka_probe_on_client_settings_librdkafka_refuses_is_a_config_error() -> None:
+    settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", client={"no.such.prop": "1"})
+    with pytest.raises(ConfigError, match="invalid Kafka client settings"):
+        KafkaProbe(settings)

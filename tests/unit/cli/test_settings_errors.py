@@ -1,0 +1,139 @@
+"""Settings mistakes through the command line: one line, exit 2, no traceback, no secret shown."""
+
+from __future__ import annotations
+
+import faulthandler
+import logging
+import signal
+from pathlib import Path
+
+import pytest
+
+from pipeline.cli import main
+
+# Nothing listens here: a command that reached Kafka would fail differently (exit 1).
+NO_BROKER = ["--bootstrap", "127.0.0.1:1"]
+
+
+@pytest.fixture(autouse=True)
+def _no_settings_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("STREAMSCRIBE_CONFIG", raising=False)
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("streamscribe: error: ")
+    return err[0]
+
+
+def test_config_masks_the_redis_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_REDIS_URL", "rediss://svc:hunter2@redis:6380/0")
+    assert main([*NO_BROKER, "config"]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert "'rediss://svc:***@redis:6380/0'" in out
+
+
+def test_help_masks_the_password_of_a_url_default(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_REDIS_URL", "redis://:hunter2@redis:6379/0")
+    with pytest.raises(SystemExit) as exited:
+        main(["hotwords", "list", "--help"])
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert "hunter2" not in out
+    assert "default 'redis://:***@redis:6379/0'" in out
+
+
+def test_config_with_a_dotted_client_password_in_the_file_masks_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text('[kafka.client]\nsasl.username = "svc"\nsasl.password = "hunter2"\n')
+    assert main([*NO_BROKER, "--config", str(path), "config"]) == 0
+    out = capsys.readouterr().out
+    assert "hunter2" not in out
+    assert "'sasl.password': '***'" in out
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("STREAMSCRIBE_MAX_BATCH", "0", "asr.max_batch (STREAMSCRIBE_MAX_BATCH)"),
+        ("STREAMSCRIBE_METRICS_PORT", "70000", "metrics.port (STREAMSCRIBE_METRICS_PORT)"),
+        ("STREAMSCRIBE_DEVICE", "gpu", "asr.device (STREAMSCRIBE_DEVICE)"),
+    ],
+)
+def test_config_reports_a_value_out_of_bounds_in_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    named: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main([*NO_BROKER, "config"]) == 2
+    assert named in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("STREAMSCRIBE_QA_APP_ID", "", "qa.app_id (STREAMSCRIBE_QA_APP_ID) must be non-empty"),
+        ("STREAMSCRIBE_QA_END_GRACE_MS", "-5", "qa.end_grace_ms (STREAMSCRIBE_QA_END_GRACE_MS)"),
+    ],
+)
+def test_qa_check_refuses_a_value_out_of_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    named: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main([*NO_BROKER, "qa", "--check"]) == 2
+    assert named in _one_error_line(capsys)
+
+
+def test_a_settings_file_that_is_not_utf8_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes('[worker]\ngroup_id = "café"\n'.encode("latin-1"))
+    assert main([*NO_BROKER, "--config", str(path), "config"]) == 2
+    assert "not UTF-8" in _one_error_line(capsys)
+
+
+@pytest.fixture
+def _worker_leaves_signals_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``worker`` installs process-wide handlers before it reads settings; keep ours."""
+    monkeypatch.setattr(signal, "signal", lambda *_: None)
+    monkeypatch.setattr(faulthandler, "register", lambda *_, **__: None)
+    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
+
+
+@pytest.mark.usefixtures("_worker_leaves_signals_alone")
+@pytest.mark.parametrize("port", ["70000", "-1"])
+def test_worker_metrics_port_out_of_range_is_one_line(
+    capsys: pytest.CaptureFixture[str], port: str
+) -> None:
+    assert main([*NO_BROKER, "worker", f"--metrics-port={port}"]) == 2
+    line = _one_error_line(capsys)
+    assert "metrics.port (STREAMSCRIBE_METRICS_PORT) must be between 0 and 65535" in line
+    assert line.endswith(f"got {port}")
+
+
+@pytest.mark.usefixtures("_worker_leaves_signals_alone")
+@pytest.mark.parametrize("argv", [["topics", "list"], ["topics", "apply"], ["qa"], ["worker"]])
+def test_an_unknown_librdkafka_property_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_LIBRDKAFKA_NO_SUCH_PROP", "1")
+    monkeypatch.setenv("STREAMSCRIBE_METRICS_PORT", "0")
+    assert main([*NO_BROKER, *argv]) == 2
+    line = _one_error_line(capsys)
+    assert 'invalid Kafka client settings: No such configuration property: "no.such.prop"' in line
