@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,17 @@ MAX_WER_PAUSE_SEGMENT = 0.15
 MANIFEST: list[dict[str, Any]] = json.loads((FIXTURES / "manifest.json").read_text())["files"]
 SPLIT_PAUSE = "pause_1000ms_split"
 CORPUS_KINDS = ("utterance", "telephone", "telephone_codec", "noisy", "pause", "nonspeech")
+# The corpus by kind (raw G.711 files aside: ``read_call_audio`` cannot open them), so that a
+# fixture lost from the manifest fails here instead of shrinking the corpus and its
+# parametrized tests quietly. Update it with the manifest.
+CORPUS_SIZE = {
+    "utterance": 12,
+    "telephone": 4,
+    "telephone_codec": 2,
+    "noisy": 4,
+    "pause": 2,
+    "nonspeech": 7,
+}
 
 
 def records(*kinds: str) -> list[dict[str, Any]]:
@@ -150,9 +162,18 @@ def live_engine() -> Iterator[StreamingEngine]:
     assert not loaded.engine.sessions
 
 
+def test_the_corpus_is_every_fixture_of_its_kinds() -> None:
+    corpus_records = records(*CORPUS_KINDS)
+    assert Counter(r["kind"] for r in corpus_records) == CORPUS_SIZE
+    missing = [r["path"] for r in corpus_records if not (FIXTURES / r["path"]).is_file()]
+    assert missing == []
+
+
 @pytest.fixture(scope="module")
 def corpus(engine: StreamingEngine) -> Corpus:
-    calls = [load(r, call_id=r["id"]) for r in records(*CORPUS_KINDS)]
+    corpus_records = records(*CORPUS_KINDS)
+    assert len(corpus_records) == sum(CORPUS_SIZE.values())
+    calls = [load(r, call_id=r["id"]) for r in corpus_records]
     return Corpus(*stream(engine, calls, watch=SessionKey(SPLIT_PAUSE, "mono")))
 
 
@@ -275,6 +296,7 @@ def test_finals_decoded_ahead_equal_finals_decoded_at_the_endpoint(
     ).engine
     assert at_endpoint.config.early_final_ms is None
     pauses = records("pause")
+    assert len(pauses) == CORPUS_SIZE["pause"]
     outputs, _ = stream(at_endpoint, [load(r, call_id=r["id"]) for r in pauses])
     assert at_endpoint.early_finals_decoded == 0
     for record in pauses:
@@ -286,7 +308,9 @@ def test_finals_decoded_ahead_equal_finals_decoded_at_the_endpoint(
 
 
 def test_telephone_codec_audio_decodes_like_its_pcm_source(corpus: Corpus) -> None:
-    for record in records("telephone_codec"):
+    codecs = records("telephone_codec")
+    assert len(codecs) == CORPUS_SIZE["telephone_codec"]
+    for record in codecs:
         codec, pcm = corpus.finals(record["id"]), corpus.finals(record["pcm_id"])
         assert [f.text for f in codec] == [f.text for f in pcm]
 

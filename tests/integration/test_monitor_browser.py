@@ -9,11 +9,9 @@ call's QA summary. The recent calls page finds the calls by text, id and tenant,
 through them. The health strip is fed by the worker's /metrics. The page never requests another
 origin.
 
-The QA summaries are computed by the QA app's own pure core (``pipeline.qa.summarize`` with the
-built-in rules, from the finals and session events read back from the topics) and produced to
-qa.calls as the app publishes them, schema-checked. The app itself (``streamscribe qa``) is not
-run here: its aiokafka consumer cannot read the worker's lz4-compressed batches without the
-``cramjam`` package, which the project does not install yet.
+The QA summaries come from the real QA app (``streamscribe qa``, built-in rules) running beside
+the worker: it reads the finals and session events and publishes each ended call's summary to
+qa.calls, where the test reads them back (schema-checked) and the monitor shows them.
 
 Screenshots go to ``$STREAMSCRIBE_SCREENSHOT_DIR`` when set (``docs`` regenerates the ones the
 README shows), else to the test's temporary folder.
@@ -33,22 +31,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
-from confluent_kafka import Producer
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
 
-from pipeline.contracts.reading import parse_final
 from pipeline.qa.matching import normalize_words
-from pipeline.qa.rules import DEFAULT_RULES
-from pipeline.qa.summary import CallMeta, CallStatus, EndReason, summarize
-from pipeline.qa.summary import to_json as summary_json
 from pipeline.settings import KafkaSettings
 from tests.conftest import REPO, validate
+from tests.integration.qa_harness import QaProcess, delete_internal_topics
 from tests.integration.worker_harness import (
     Publisher,
     WorkerProcess,
@@ -165,6 +158,11 @@ def browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     driver.set_page_load_timeout(30)
     try:
+        # The console checks read this log: a driver without it must fail, not pass them.
+        try:
+            driver.get_log("browser")
+        except WebDriverException as error:
+            pytest.fail(f"chromedriver does not serve the browser console log: {error}")
         yield driver
     finally:
         driver.quit()
@@ -236,40 +234,34 @@ def _only_same_origin_requests(driver: webdriver.Chrome, base: str) -> None:
 
 
 def _no_console_errors(driver: webdriver.Chrome) -> None:
-    try:
-        entries = driver.get_log("browser")
-    except WebDriverException:
-        return
-    errors = [entry for entry in entries if entry.get("level") == "SEVERE"]
+    """No console error since the last read (the browser fixture checked the log is there: an
+    exception here fails the test, it is never taken for a clean console)."""
+    errors = [entry for entry in driver.get_log("browser") if entry.get("level") == "SEVERE"]
     assert errors == [], errors
 
 
-def _publish_summary(
-    topics: KafkaSettings,
-    call_id: str,
-    finals: list[dict[str, Any]],
-    events: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The QA app's summary of an ended call (its pure core, built-in rules) on qa.calls."""
-    ended = [e for e in events if e["type"] == "session_ended" and e["call_id"] == call_id]
-    meta = CallMeta(
-        call_id,
-        tenant=TENANT,
-        channels=tuple(sorted(e["channel"] for e in ended)),
-        channel_audio_ms={e["channel"]: e["detail"]["duration_ms"] for e in ended},
-        status=CallStatus.ENDED,
-        end_reason=EndReason.SESSIONS_ENDED,
-        revision=1,
-        published_ms=int(time.time() * 1000),
-    )
-    parsed = [parse_final(orjson.dumps(f)) for f in finals if f["call_id"] == call_id]
-    value = summary_json(summarize(meta, parsed, DEFAULT_RULES))
-    record: dict[str, Any] = orjson.loads(value)
-    validate("qa_call", record)
-    producer = Producer({"bootstrap.servers": topics.bootstrap_servers})
-    producer.produce(f"{topics.topic_prefix}qa.calls", key=call_id.encode(), value=value)
-    assert producer.flush(30) == 0
-    return record
+def _summaries(
+    topics: KafkaSettings, call_ids: list[str], log: Callable[[], str]
+) -> dict[str, dict[str, Any]]:
+    """The QA app's summary of each ended call, read back from qa.calls (newest revision)."""
+
+    def ended(records: list[dict[str, Any]]) -> bool:
+        done = {r["call_id"] for r in records if r["status"] == "ended"}
+        return done >= set(call_ids)
+
+    records = read_topic(topics.bootstrap_servers, f"{topics.topic_prefix}qa.calls", ended, 180)
+    assert ended(records), f"the QA app published no summary of every call\n{log()}"
+    summaries: dict[str, dict[str, Any]] = {}
+    for record in records:
+        validate("qa_call", record)
+        newest = summaries.get(record["call_id"])
+        if newest is None or record["revision"] > newest["revision"]:
+            summaries[record["call_id"]] = record
+    assert sorted(summaries) == sorted(call_ids)
+    for summary in summaries.values():
+        assert summary["status"] == "ended"
+        assert summary["tenant"] == TENANT
+    return summaries
 
 
 def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
@@ -295,6 +287,14 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
         ),
         tmp_path / "worker.log",
     ).start()
+    qa = QaProcess(
+        topics,
+        _free_port(),
+        tmp_path / "qa.log",
+        # Idle timeouts are for calls whose sessions never end; these end, and at twice real
+        # time a channel can be quiet for longer than the harness's 3 s default.
+        STREAMSCRIBE_QA_IDLE_TIMEOUT_MS="600000",
+    )
     monitor_port = _free_port()
     monitor = PipelineProcess(
         ["monitor", "--bind", "127.0.0.1", "--port", str(monitor_port)],
@@ -309,6 +309,7 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
     )
     try:
         base = monitor.url("/")
+        qa.start()
         _wait_for("the monitor to be ready", monitor.ready, 60, monitor.log())
         _wait_for(
             "the worker to be ready",
@@ -390,9 +391,12 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
         finals = read_topic(
             topics.bootstrap_servers, f"{topics.topic_prefix}asr.finals", lambda r: False, 5
         )
-        summaries = {
-            call_id: _publish_summary(topics, call_id, finals, events) for call_id in call_ids
-        }
+        assert sessions_ended(2 * len(calls))(events), worker.log()
+        summaries = _summaries(topics, call_ids, qa.tail)
+        for call_id, summary in summaries.items():
+            # Written once every session of the call ended, from every final of the call.
+            assert (summary["status"], summary["end_reason"]) == ("ended", "sessions_ended")
+            assert summary["utterances"] == sum(f["call_id"] == call_id for f in finals)
         summary = summaries[outage_id]
         outage_finals = sorted(
             (f for f in finals if f["call_id"] == outage_id),
@@ -500,7 +504,11 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
         _no_console_errors(browser)
     except BaseException:
         print("monitor.log", monitor.log(), "worker.log", worker.log(), sep="\n")
+        if qa.log.exists():
+            print("qa.log", qa.tail(), sep="\n")
         raise
     finally:
         monitor.stop()
+        qa.close()
         worker.stop_quietly()
+        delete_internal_topics(topics)

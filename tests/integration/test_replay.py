@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -27,6 +28,7 @@ from pipeline.contracts.reading import parse_final
 from pipeline.evaluation import word_errors
 from pipeline.hotwords import HotwordKeys, HotwordStore, ListRef, connect
 from pipeline.producer import AudioPublisher
+from pipeline.replay import kafka as replay_kafka
 from pipeline.replay.results import PartitionRange, load_run
 from pipeline.runtime.admin import TopicAdmin
 from pipeline.settings import KafkaSettings, Settings, WorkerSettings
@@ -50,6 +52,8 @@ class Replays:
     baseline: Path
     again: Path
     worse: Path
+    # The group.id of every Kafka consumer the replays created (each a throwaway name).
+    consumer_groups: tuple[str, ...]
 
 
 def _fixture(file_id: str) -> Path:
@@ -94,10 +98,19 @@ def replays(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
     admin = TopicAdmin(kafka)
     admin.apply(specs)
     folder = tmp_path_factory.mktemp("replay")
+    consumer_groups: list[str] = []
+
+    def recording_consumer(config: dict[str, Any]) -> Consumer:
+        consumer_groups.append(str(config["group.id"]))
+        return Consumer(config)
+
     try:
         with pytest.MonkeyPatch.context() as patch:
             # One torch thread: per-frame VAD calls crawl when threads fight over shared cores.
             patch.setenv("STREAMSCRIBE_TORCH_THREADS", "1")
+            # Every consumer the replay makes (its Kafka shell is its only Kafka reader), so the
+            # test can check that none of them left a group behind, whatever its name.
+            patch.setattr(replay_kafka, "Consumer", recording_consumer)
             from_ms = int(time.time() * 1000) - 1000
             _publish(kafka)
             to_ms = int(time.time() * 1000) + 60_000
@@ -122,6 +135,7 @@ def replays(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
             folder / "baseline.jsonl",
             folder / "again.jsonl",
             folder / "worse.jsonl",
+            tuple(consumer_groups),
         )
     finally:
         admin.delete([spec.name for spec in specs])
@@ -172,18 +186,30 @@ def test_replayed_text_matches_the_references(replays: Replays) -> None:
 def test_replay_touches_no_consumer_group(replays: Replays) -> None:
     kafka = replays.kafka
     topic = f"{kafka.topic_prefix}audio.chunks"
+    partitions = [TopicPartition(topic, p) for p in range(12)]
+    # The production group never saw this module's topic.
     production = Consumer(
         {"bootstrap.servers": kafka.bootstrap_servers, "group.id": WorkerSettings().group_id}
     )
     try:
-        partitions = [TopicPartition(topic, p) for p in range(12)]
         committed = production.committed(partitions, timeout=15)
     finally:
         production.close()
     assert all(tp.offset < 0 for tp in committed)
-    groups = AdminClient({"bootstrap.servers": kafka.bootstrap_servers}).list_consumer_groups()
-    listed = groups.result(timeout=15)
-    assert not [g.group_id for g in listed.valid if g.group_id.startswith("streamscribe-replay")]
+    # The replays' own readers (one per run at least) assigned partitions by hand: no group of
+    # theirs exists on the broker, and none committed an offset. (Other tests share the broker:
+    # only this run's names are looked up.)
+    assert len(replays.consumer_groups) >= 3
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap_servers})
+    listed = {g.group_id for g in admin.list_consumer_groups().result(timeout=15).valid}
+    assert listed.isdisjoint(replays.consumer_groups)
+    for group_id in replays.consumer_groups:
+        probe = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": group_id})
+        try:
+            committed = probe.committed(partitions, timeout=15)
+        finally:
+            probe.close()
+        assert all(tp.offset < 0 for tp in committed), group_id
 
 
 def _compare(*args: str) -> int:

@@ -2,7 +2,8 @@
 
 Clips: every speech fixture in ``tests/fixtures/manifest.json`` (entries with a reference
 ``text``, PCM, at most 30 s; converted to 16 kHz mono with sox when needed) plus a few clips
-synthesised here with espeak-ng, so the test has speech even before the fixtures exist.
+synthesised here with espeak-ng. A missing fixture, sox or espeak-ng fails the tests: the corpus
+never shrinks quietly (its size is asserted).
 
 Parity is greedy decoding (beam 1, ``<|notimestamps|>``, the model's ``suppress_ids`` and
 ``suppress_ids_begin``) of the same mel window by both runtimes, float32 on CPU, in two
@@ -47,6 +48,10 @@ MARGIN_FRAMES = 200  # 2 s of mel frames after the audio in streaming windows
 PARITY_MAX_TOKENS = 64
 MIN_AGREEMENT = 0.95
 PARITY_30S_CLIPS = 12
+# Speech fixtures of the manifest that qualify (PCM, with a text, at most 30 s): 12 utterances,
+# 9 hotword and 2 hotword-negative clips, 4 noisy, 2 pauses, and 4 telephone (8 kHz: sox).
+# Update it with the manifest.
+FIXTURE_CLIPS = 33
 BATCH = 8
 
 SYNTHESISED = {
@@ -85,21 +90,23 @@ def _read_16k(path: Path) -> np.ndarray:
     return np.ascontiguousarray(audio[:, 0])
 
 
+def _need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is needed for the parity clips (make setup installs it)")
+
+
 def _fixture_clips(workdir: Path) -> Iterator[Clip]:
-    manifest_path = FIXTURES / "manifest.json"
-    if not manifest_path.exists():
-        return
-    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    for entry in manifest.get("files", []):
+    manifest = json.loads((FIXTURES / "manifest.json").read_text(encoding="utf-8"))
+    for entry in manifest["files"]:
         text = entry.get("text") or ""
         path = FIXTURES / entry["path"]
         if not text or entry.get("encoding", "pcm_s16le") != "pcm_s16le":
             continue
-        if entry.get("duration_ms", 0) > 30_000 or not path.exists():
+        if entry.get("duration_ms", 0) > 30_000:
             continue
+        assert path.exists(), f"fixture {entry['id']} is in the manifest but {path} is missing"
         if entry.get("sample_rate_hz") != 16000 or entry.get("channels") != 1:
-            if shutil.which("sox") is None:
-                continue
+            _need("sox")
             path = _to_16k_mono(path, workdir / f"{entry['id']}.wav")
         yield Clip(
             clip_id=entry["id"],
@@ -112,8 +119,8 @@ def _fixture_clips(workdir: Path) -> Iterator[Clip]:
 
 
 def _synthesised_clips(workdir: Path) -> Iterator[Clip]:
-    if shutil.which("espeak-ng") is None or shutil.which("sox") is None:
-        return
+    _need("espeak-ng")
+    _need("sox")
     for clip_id, text in SYNTHESISED.items():
         raw = workdir / f"{clip_id}_raw.wav"
         subprocess.run(["espeak-ng", "-w", str(raw), text], check=True, capture_output=True)
@@ -122,11 +129,13 @@ def _synthesised_clips(workdir: Path) -> Iterator[Clip]:
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory: pytest.TempPathFactory) -> list[Clip]:
+    """Every clip, or a failure: a missing fixture or tool must not quietly shrink the corpus."""
     workdir = tmp_path_factory.mktemp("whisper_clips")
-    found = [*_fixture_clips(workdir), *_synthesised_clips(workdir)]
-    if not found:
-        pytest.fail("no speech fixtures and no espeak-ng/sox to synthesise any")
-    return found
+    fixtures = list(_fixture_clips(workdir))
+    synthesised = list(_synthesised_clips(workdir))
+    assert len(fixtures) == FIXTURE_CLIPS, [clip.clip_id for clip in fixtures]
+    assert len(synthesised) == len(SYNTHESISED)
+    return [*fixtures, *synthesised]
 
 
 @pytest.fixture(scope="module")

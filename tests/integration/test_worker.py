@@ -1,10 +1,16 @@
 """The ASR worker on the real broker with the real model: transcripts, exactly-once finals
-across kill -9 and rebalances, dead letters, and SIGTERM."""
+across kill -9 and rebalances, dead letters and admission (duplicates, sequence gaps, late
+chunks, call and session limits), hotword lists from the real Redis, metrics, and SIGTERM."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +20,20 @@ from confluent_kafka import Consumer, Producer
 from pipeline.contracts.audio_chunk import Header
 from tests.conftest import validate
 from tests.integration.worker_harness import (
+    REPO,
     Publisher,
     WorkerProcess,
     calls_on,
+    chunk_records,
     committed_offsets,
     embedded_finals,
+    free_port,
+    http_get,
     kafka_partition,
     load_calls,
+    metric_samples,
+    metric_value,
+    poll_metrics,
     read_topic,
     sessions_ended,
     wait_for_owners,
@@ -30,6 +43,8 @@ from tests.integration.worker_harness import (
 pytestmark = pytest.mark.integration
 
 CALLS = ["calls/call01_billing.flac", "calls/call03_outage.flac"]
+PARTITIONS = 12  # of audio.chunks (topics/)
+MAX_CALL_MS = 6000  # the admission-limits test's worker
 
 
 def _topic(settings: Any, role: str) -> str:
@@ -193,41 +208,44 @@ def test_worker_joining_and_leaving_mid_call_keeps_finals_exactly_once(
     assert "w-first" in revoked_by  # at the rebalance, the leave, or both
 
 
-def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]], str]]:
-    def headers(seq: int, **override: str) -> list[tuple[str, bytes]]:
-        values = {
-            Header.VERSION: "1",
-            Header.CHANNEL: "mono",
-            Header.SEQ: str(seq),
-            Header.SAMPLE_RATE_HZ: "16000",
-            Header.ENCODING: "pcm_s16le",
-        }
-        values.update({Header(k.replace("_", "-")): v for k, v in override.items()})
-        return [(name.value, value.encode()) for name, value in values.items()]
-
-    key = call_id.encode()
-    return [
-        (key, b"\x01" * 321, headers(900001), "odd_byte_count"),
-        (key, b"\x02" * 320, headers(900002, ss_version="9"), "unknown_version"),
-        (key, b"\x03" * 320, headers(900003, ss_sample_rate_hz="44100"), "unsupported_sample_rate"),
-        (key, b"\x04" * 320, headers(900004, ss_encoding="opus"), "unsupported_encoding"),
-        (key, b"\x05" * 70000, headers(900005), "oversize_payload"),
-        # 1.5 MB, past the default producer limit (1 MB), accepted by audio.chunks compressed:
-        # its dead letter must fit through the worker's transaction whole.
-        (key, b"\x08" * 1_500_000, headers(900008), "oversize_payload"),
-        (None, b"\x06" * 320, headers(900006), "missing_key"),
-        (key, b"\x07" * 320, headers(900007, ss_seq="x"), "bad_sequence"),
-    ]
+Record = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
 
 
-def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing(
-    topics: Any, group_id: str, tmp_path: Path
-) -> None:
-    calls = load_calls(["utterances/utt01_account.flac"], prefix=topics.topic_prefix)
-    call_id = calls[0].call_id
-    bad = _bad_records(call_id)
-    # The publisher's partitioner, so the bad records share the good call's partition.
-    producer = Producer(
+def _headers(seq: int, **override: str) -> list[tuple[str, bytes]]:
+    """The required chunk headers (mono, 16 kHz, pcm_s16le), some overridden (``ss_seq=...``)."""
+    values = {
+        Header.VERSION: "1",
+        Header.CHANNEL: "mono",
+        Header.SEQ: str(seq),
+        Header.SAMPLE_RATE_HZ: "16000",
+        Header.ENCODING: "pcm_s16le",
+    }
+    values.update({Header(k.replace("_", "-")): v for k, v in override.items()})
+    return [(name.value, value.encode()) for name, value in values.items()]
+
+
+def _chunk(call_id: str, seq: int, value: bytes, *, end: bool = False) -> Record:
+    """A valid chunk record of ``call_id``'s mono channel, built by hand."""
+    headers = _headers(seq)
+    if end:
+        headers.append((Header.END_OF_STREAM.value, b"1"))
+    return call_id.encode(), value, headers
+
+
+def _on_partition_of(call_id: str, name: str) -> str:
+    """A call id (``call_id`` + ``name`` + a counter) on the same partition as ``call_id``, so
+    that its records are handled in order with that call's."""
+    target = kafka_partition(call_id, PARTITIONS)
+    for attempt in range(10_000):
+        candidate = f"{call_id}-{name}{attempt}"
+        if kafka_partition(candidate, PARTITIONS) == target:
+            return candidate
+    raise AssertionError("no call id on that partition")
+
+
+def _dlq_producer(topics: Any) -> Producer:
+    # The publisher's partitioner, so hand-made records share the good call's partition.
+    return Producer(
         {
             "bootstrap.servers": topics.bootstrap_servers,
             "partitioner": "murmur2_random",
@@ -235,47 +253,15 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
             "message.max.bytes": 4_000_000,
         }
     )
-    for key, value, headers, _ in bad:
-        producer.produce(_topic(topics, "audio.chunks"), key=key, value=value, headers=headers)
+
+
+def _produce(producer: Producer, topic: str, records: list[Record]) -> None:
+    for key, value, headers in records:
+        producer.produce(topic, key=key, value=value, headers=headers)
     assert producer.flush(30) == 0
-    worker = _worker(topics, group_id, "w-dlq", tmp_path)
-    try:
-        Publisher(topics, calls).start().join()
-        # After the call ended: more audio for it, a replayed (duplicate) chunk.
-        late = [
-            (
-                call_id.encode(),
-                b"\x00" * 640,
-                [
-                    (Header.VERSION.value, b"1"),
-                    (Header.CHANNEL.value, b"mono"),
-                    (Header.SEQ.value, b"5000"),
-                    (Header.SAMPLE_RATE_HZ.value, b"16000"),
-                    (Header.ENCODING.value, b"pcm_s16le"),
-                ],
-            )
-        ]
-        for key, value, headers in late:
-            producer.produce(_topic(topics, "audio.chunks"), key=key, value=value, headers=headers)
-        assert producer.flush(30) == 0
-        events = read_topic(
-            topics.bootstrap_servers,
-            _topic(topics, "asr.events"),
-            lambda ev: (
-                sum(e["type"] == "chunk_rejected" for e in ev) >= len(bad) + 1
-                and sessions_ended(1)(ev)
-            ),
-            240,
-        )
-    finally:
-        worker.stop_quietly()
-    rejected = [e for e in events if e["type"] == "chunk_rejected"]
-    reasons = Counter(e["detail"]["reason"] for e in rejected)
-    expected_reasons = Counter(reason for *_, reason in bad) + Counter(["call_already_ended"])
-    assert reasons == expected_reasons, worker.log()
-    for event in rejected:
-        validate("event", event)
-        validate("dead_letter", event["detail"])
+
+
+def _read_dead_letters(topics: Any, group_id: str, expected: int) -> list[Any]:
     consumer = Consumer(
         {
             "bootstrap.servers": topics.bootstrap_servers,
@@ -286,36 +272,345 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
     )
     consumer.subscribe([_topic(topics, "audio.dlq")])
     dead: list[Any] = []
-    for _ in range(30):
-        dead.extend(m for m in consumer.consume(100, 1.0) if m.error() is None)
-        if len(dead) >= len(bad) + 1:
-            break
-    consumer.close()
-    assert len(dead) == len(bad) + 1
-    assert any(message.value() == b"\x08" * 1_500_000 for message in dead)
-    originals = {value: headers for _, value, headers, _ in bad}
+    try:
+        for _ in range(30):
+            dead.extend(m for m in consumer.consume(100, 1.0) if m.error() is None)
+            if len(dead) >= expected:
+                break
+        # Read a little longer: a dead letter too many would show here.
+        dead.extend(m for m in consumer.consume(100, 2.0) if m.error() is None)
+    finally:
+        consumer.close()
+    return dead
+
+
+def _assert_dead_letters_are_the_originals(
+    topics: Any, dead: list[Any], expected: list[tuple[Record, str]]
+) -> None:
+    """Each record of ``expected`` is in audio.dlq exactly once, byte for byte (key, value and
+    headers), with the ``dlq-*`` headers appended and its reason in ``dlq-reason``."""
+    assert len(dead) == len(expected)
+    remaining = list(expected)
     for message in dead:
-        headers = dict(message.headers())
-        assert headers["dlq-reason"].decode() in expected_reasons
-        assert headers["dlq-topic"].decode() == _topic(topics, "audio.chunks")
-        int(headers["dlq-offset"])
-        if message.value() in originals:
-            # Original bytes and headers are kept, the dlq-* headers are appended.
-            assert (
-                message.headers()[: len(originals[message.value()])] == originals[message.value()]
-            )
+        match = next(
+            (
+                item
+                for item in remaining
+                if item[0][0] == message.key() and item[0][1] == message.value()
+            ),
+            None,
+        )
+        assert match is not None, f"unexpected dead letter {message.key()!r}"
+        remaining.remove(match)
+        (_, _, original_headers), reason = match
+        headers = message.headers()
+        assert headers[: len(original_headers)] == original_headers
+        appended = dict(headers[len(original_headers) :])
+        assert appended["dlq-reason"].decode() == reason
+        assert appended["dlq-topic"].decode() == _topic(topics, "audio.chunks")
+        assert int(appended["dlq-offset"]) >= 0
+    assert remaining == []
+
+
+def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]], str]]:
+    key = call_id.encode()
+    return [
+        (key, b"\x01" * 321, _headers(900001), "odd_byte_count"),
+        (key, b"\x02" * 320, _headers(900002, ss_version="9"), "unknown_version"),
+        (
+            key,
+            b"\x03" * 320,
+            _headers(900003, ss_sample_rate_hz="44100"),
+            "unsupported_sample_rate",
+        ),
+        (key, b"\x04" * 320, _headers(900004, ss_encoding="opus"), "unsupported_encoding"),
+        (key, b"\x05" * 70000, _headers(900005), "oversize_payload"),
+        # 1.5 MB, past the default producer limit (1 MB), accepted by audio.chunks compressed:
+        # its dead letter must fit through the worker's transaction whole.
+        (key, b"\x08" * 1_500_000, _headers(900008), "oversize_payload"),
+        (None, b"\x06" * 320, _headers(900006), "missing_key"),
+        (key, b"\x07" * 320, _headers(900007, ss_seq="x"), "bad_sequence"),
+    ]
+
+
+def _metrics_worker(
+    topics: Any, group_id: str, worker_id: str, tmp_path: Path, **env: str
+) -> tuple[WorkerProcess, str]:
+    """A worker serving /metrics; returns it and its /metrics URL."""
+    port = free_port()
+    worker = _worker(
+        topics,
+        group_id,
+        worker_id,
+        tmp_path,
+        STREAMSCRIBE_METRICS_PORT=str(port),
+        STREAMSCRIBE_METRICS_HOST="127.0.0.1",
+        **env,
+    )
+    return worker, f"http://127.0.0.1:{port}/metrics"
+
+
+def _finals_of(finals: list[dict[str, Any]], call_id: str) -> list[str]:
+    return [
+        f["text"]
+        for f in sorted(finals, key=lambda f: f["utterance_index"])
+        if f["call_id"] == call_id
+    ]
+
+
+def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    """Broken records, an out-of-order chunk and a chunk after the end go to audio.dlq whole;
+    re-sent chunks are dropped and counted, not dead-lettered; a sequence gap is an event; and
+    the good call on the same partition is transcribed as if none of it had happened."""
+    calls = load_calls(["utterances/utt01_account.flac"], prefix=topics.topic_prefix)
+    call_id = calls[0].call_id
+    chunks_topic = _topic(topics, "audio.chunks")
+    bad = _bad_records(call_id)
+    # A call of its own on the good call's partition, with the sequence faults of a flaky
+    # producer: seq 0 re-sent (duplicate), seq 1-2 skipped (gap), then seq 1 arriving late.
+    flow = _on_partition_of(call_id, "flow")
+    out_of_order = _chunk(flow, 1, b"\x11" * 640)
+    flaky = [
+        _chunk(flow, 0, b"\x10" * 640),
+        _chunk(flow, 0, b"\x10" * 640),  # a producer retry: dropped, counted duplicate
+        _chunk(flow, 3, b"\x13" * 640),  # 1 and 2 missing: a sequence_gap event
+        out_of_order,  # a remembered gap arriving late: cannot be put back in time
+        _chunk(flow, 4, b"", end=True),
+    ]
+    producer = _dlq_producer(topics)
+    _produce(producer, chunks_topic, [(k, v, h) for k, v, h, _ in bad] + flaky)
+    worker, metrics_url = _metrics_worker(topics, group_id, "w-dlq", tmp_path)
+    try:
+        Publisher(topics, calls).start().join()
+        # After the call ended, on its partition: more audio for it (seq 5000, refused as
+        # call_already_ended) and a replay of its first chunk (seq 0, a duplicate: dropped).
+        late = _chunk(call_id, 5000, b"\x00" * 640)
+        replayed = _chunk(call_id, 0, b"\x12" * 640)
+        _produce(producer, chunks_topic, [late, replayed])
+        events = read_topic(
+            topics.bootstrap_servers,
+            _topic(topics, "asr.events"),
+            lambda ev: (
+                sum(e["type"] == "chunk_rejected" for e in ev) >= len(bad) + 2
+                and sessions_ended(2)(ev)
+            ),
+            240,
+        )
+
+        def duplicates(text: str) -> float | None:
+            return metric_value(text, "asr_request_total", outcome="duplicate")
+
+        exposition = poll_metrics(metrics_url, lambda text: duplicates(text) == 2, 60)
+    finally:
+        worker.stop_quietly()
+    # Both re-sent chunks counted (once each, at their commit), neither dead-lettered.
+    assert duplicates(exposition) == 2, worker.log()
+    assert metric_value(exposition, "asr_dlq_total", reason="out_of_order") == 1
+    assert metric_value(exposition, "asr_dlq_total", reason="call_already_ended") == 1
+    rejected = [e for e in events if e["type"] == "chunk_rejected"]
+    reasons = Counter(e["detail"]["reason"] for e in rejected)
+    expected_reasons = Counter(reason for *_, reason in bad) + Counter(
+        ["call_already_ended", "out_of_order"]
+    )
+    assert reasons == expected_reasons, worker.log()
+    for event in rejected:
+        validate("event", event)
+        validate("dead_letter", event["detail"])
+    [late_event] = [e for e in rejected if e["detail"]["reason"] == "out_of_order"]
+    assert (late_event["call_id"], late_event["channel"]) == (flow, "mono")
+    gaps = [e for e in events if e["type"] == "sequence_gap"]
+    assert [(e["call_id"], e["channel"], e["detail"]) for e in gaps] == [
+        (flow, "mono", {"missing_from": 1, "missing_to": 2})
+    ]
+    for event in gaps:
+        validate("event", event)
+    started = Counter(e["call_id"] for e in events if e["type"] == "session_started")
+    assert started == {call_id: 1, flow: 1}  # neither duplicate opened a session again
+    ended = [e["call_id"] for e in events if e["type"] == "session_ended"]
+    assert sorted(ended) == sorted([call_id, flow])
+
+    dead = _read_dead_letters(topics, group_id, len(bad) + 2)
+    _assert_dead_letters_are_the_originals(
+        topics,
+        dead,
+        [((k, v, h), reason) for k, v, h, reason in bad]
+        + [(out_of_order, "out_of_order"), (late, "call_already_ended")],
+    )
+    assert any(message.value() == b"\x08" * 1_500_000 for message in dead)
     finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
-    assert [f["text"] for f in finals] == list(embedded_finals(calls).values())
+    assert _finals_of(finals, call_id) == list(embedded_finals(calls).values())
+
+
+def test_admission_limits_dead_letter_and_the_partition_keeps_flowing(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    """A worker with small limits: a call past ``max_call_ms`` has its excess refused
+    (call_too_long), a call opened while ``max_open_sessions`` are open is refused
+    (too_many_sessions), and the good call on the same partition, opened once there is room,
+    is transcribed whole."""
+    calls = load_calls(["utterances/utt01_account.flac"], prefix=topics.topic_prefix)
+    call_id = calls[0].call_id
+    assert calls[0].duration_ms < MAX_CALL_MS  # the good call is within the limit
+    chunks_topic = _topic(topics, "audio.chunks")
+    long_call = _on_partition_of(call_id, "long")
+    extra_call = _on_partition_of(call_id, "extra")
+    # 2 s chunks (64000 bytes, under the payload limit): exactly MAX_CALL_MS of audio admitted.
+    whole = [
+        _chunk(long_call, seq, bytes([0x20 + seq]) * 64000) for seq in range(MAX_CALL_MS // 2000)
+    ]
+    too_long = _chunk(long_call, len(whole), b"\x31" * 640)  # 20 ms past the limit
+    too_many = _chunk(extra_call, 0, b"\x32" * 640)  # while the long call is the one open
+    records = [
+        *whole[:1],
+        too_many,
+        *whole[1:],
+        too_long,
+        # The refused chunk was never admitted: the end of stream takes its number, and its
+        # empty payload adds no audio, so the long call ends and its session closes.
+        _chunk(long_call, len(whole), b"", end=True),
+    ]
+    producer = _dlq_producer(topics)
+    _produce(producer, chunks_topic, records)
+    worker, metrics_url = _metrics_worker(
+        topics,
+        group_id,
+        "w-limits",
+        tmp_path,
+        STREAMSCRIBE_MAX_CALL_MS=str(MAX_CALL_MS),
+        STREAMSCRIBE_MAX_OPEN_SESSIONS="1",
+    )
+    try:
+        Publisher(topics, calls).start().join()
+        events = read_topic(
+            topics.bootstrap_servers,
+            _topic(topics, "asr.events"),
+            lambda ev: (
+                sum(e["type"] == "chunk_rejected" for e in ev) >= 2 and sessions_ended(2)(ev)
+            ),
+            240,
+        )
+        exposition = poll_metrics(
+            metrics_url,
+            lambda text: metric_value(text, "asr_dlq_total", reason="too_many_sessions") == 1,
+            60,
+        )
+    finally:
+        worker.stop_quietly()
+    rejected = [e for e in events if e["type"] == "chunk_rejected"]
+    assert sorted((e["call_id"], e["detail"]["reason"]) for e in rejected) == sorted(
+        [(long_call, "call_too_long"), (extra_call, "too_many_sessions")]
+    ), worker.log()
+    for event in rejected:
+        validate("event", event)
+        validate("dead_letter", event["detail"])
+    assert metric_value(exposition, "asr_dlq_total", reason="too_many_sessions") == 1
+    assert metric_value(exposition, "asr_dlq_total", reason="call_too_long") == 1
+    started = [e["call_id"] for e in events if e["type"] == "session_started"]
+    assert sorted(started) == sorted([long_call, call_id])  # the refused call never opened
+    ended = {e["call_id"]: e["detail"] for e in events if e["type"] == "session_ended"}
+    assert set(ended) == {long_call, call_id}
+    assert ended[long_call]["duration_ms"] == MAX_CALL_MS  # the excess was not fed
+
+    dead = _read_dead_letters(topics, group_id, 2)
+    _assert_dead_letters_are_the_originals(
+        topics, dead, [(too_long, "call_too_long"), (too_many, "too_many_sessions")]
+    )
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    assert _finals_of(finals, call_id) == list(embedded_finals(calls).values())
+
+
+@pytest.fixture
+def hotword_prefix(redis_url: str) -> Iterator[str]:
+    """A hotword key prefix of this test's own on the shared Redis; its keys deleted after."""
+    import redis
+
+    name = f"test-{uuid.uuid4().hex[:10]}:hw"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{name}:*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def test_a_call_scoped_hotword_list_added_live_biases_that_call_in_the_worker(
+    topics: Any, group_id: str, tmp_path: Path, redis_url: str, hotword_prefix: str
+) -> None:
+    """`streamscribe hotwords add --call` against the real Redis while a worker runs: the worker
+    picks the list up live (a hotwords_updated event), and the call's final has the rare name
+    Whisper misses without it, while the same audio on another call does not."""
+    biased, control = (
+        load_calls(["hotwords/hot01_niamh.flac"], prefix=f"{topics.topic_prefix}{name}-")[0]
+        for name in ("biased", "control")
+    )
+    env = {"STREAMSCRIBE_HOTWORDS_KEY_PREFIX": hotword_prefix}
+    worker = _worker(topics, group_id, "w-hot", tmp_path, **env)
+    events_topic = _topic(topics, "asr.events")
+    try:
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-hot",), PARTITIONS, 180)
+        added = subprocess.run(
+            [
+                *(sys.executable, "-m", "pipeline", "hotwords", "add"),
+                *("--tenant", "default", "--call", biased.call_id, "--redis-url", redis_url),
+                "Niamh",
+            ],
+            env={**os.environ, **env},
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert added.returncode == 0, added.stderr
+
+        def updated(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+            return [
+                e for e in records if e["type"] == "hotwords_updated" and e["source"] == "w-hot"
+            ]
+
+        # Published before the call, so it is decoded with the list whatever the timing.
+        events = read_topic(
+            topics.bootstrap_servers, events_topic, lambda ev: bool(updated(ev)), 60
+        )
+        [update] = updated(events)
+        validate("event", update)
+        assert update["detail"]["scope"] == "call"
+        assert update["detail"]["tenant"] == "default"
+        assert update["detail"]["call_id"] == biased.call_id
+        assert update["detail"]["version"] >= 1
+        Publisher(topics, [biased, control]).start().join()
+        events = read_topic(topics.bootstrap_servers, events_topic, sessions_ended(2), 240)
+        assert sessions_ended(2)(events), worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    biased_text = " ".join(_finals_of(finals, biased.call_id))
+    control_text = " ".join(_finals_of(finals, control.call_id))
+    assert "Niamh" in biased_text, biased_text
+    assert control_text, worker.log()
+    assert "Niamh" not in control_text, control_text  # the list is that call's only
 
 
 def test_sigterm_while_the_model_loads_exits_at_once(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:
-    worker = _worker(topics, group_id, "w-early", tmp_path)
+    # Redis is unreachable here, so after the model the start also waits out the hotword
+    # registry's first load (5 s) before the worker loop runs: the signal cannot miss the window.
+    worker = _worker(
+        topics,
+        group_id,
+        "w-early",
+        tmp_path,
+        STREAMSCRIBE_REDIS_URL=f"redis://127.0.0.1:{free_port()}/0",  # nothing speaks Redis there
+    )
     try:
         deadline = time.monotonic() + 60
         while "loading the model" not in worker.log() and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert "loading the model" in worker.log(), worker.log()
         assert worker.process is not None
         assert worker.process.poll() is None, worker.log()  # no worker loop yet
         exit_s = worker.terminate()
@@ -323,6 +618,12 @@ def test_sigterm_while_the_model_loads_exits_at_once(
         worker.stop_quietly()
     assert worker.process.returncode == 0, worker.log()
     assert exit_s < 5
+    # The loop never ran: a worker stopped from its loop would have published model_loaded,
+    # worker_started and worker_stopped in its last commit.
+    events = read_topic(
+        topics.bootstrap_servers, _topic(topics, "asr.events"), lambda records: False, 5
+    )
+    assert [e["type"] for e in events if e["source"] == "w-early"] == [], worker.log()
 
 
 def test_sigterm_exits_within_its_bound_with_offsets_committed(
@@ -495,24 +796,10 @@ def test_each_tenant_gets_its_own_endpoint_rules(
     assert patient["end_ms"] == by_tenant["default"][1]["end_ms"]
 
 
-def _http(url: str) -> tuple[int, str]:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, error.read().decode()
-    except OSError as error:
-        return 0, str(error)
-
-
 def _wait_for_status(url: str, status: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if _http(url)[0] == status:
+        if http_get(url)[0] == status:
             return True
         time.sleep(1)
     return False
@@ -524,13 +811,9 @@ def test_a_loading_worker_answers_alive_and_not_ready(
     # A liveness probe must not restart a worker whose model load is slow: the health server
     # answers from before the load. Redis is unreachable here, so the start also waits out the
     # hotword registry's first load (5 s) before the loop runs: a window that cannot be missed.
-    import socket
-
     import orjson
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     worker = _worker(
         topics,
@@ -545,8 +828,8 @@ def test_a_loading_worker_answers_alive_and_not_ready(
         deadline = time.monotonic() + 60
         while "loading the model" not in worker.log() and time.monotonic() < deadline:
             time.sleep(0.02)
-        assert _http(base + "/healthz")[0] == 200, worker.log()
-        status, body = _http(base + "/readyz")
+        assert http_get(base + "/healthz")[0] == 200, worker.log()
+        status, body = http_get(base + "/readyz")
         assert status == 503, body
         assert "model_loaded" in orjson.loads(body)["not_ready"]
         assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
@@ -554,19 +837,26 @@ def test_a_loading_worker_answers_alive_and_not_ready(
         worker.stop_quietly()
 
 
+SCENARIO_SERIES = (
+    *(
+        ("asr_duration_seconds_count", {"kind": kind})
+        for kind in ("chunk_to_partial", "endpoint_to_final", "step", "vad", "commit")
+    ),
+    ("asr_request_total", {"outcome": "ok"}),
+)
+"""Series that one call through the worker must move above zero (the collectors are created
+with every label value, so their mere presence proves nothing)."""
+
+
 def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
     own_broker: Any, tmp_path: Path
 ) -> None:
-    import socket
-
     import torch
 
     from pipeline.runtime.metrics import CATALOGUE
 
     settings, broker = own_broker
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     calls = load_calls(["utterances/utt01_account.flac"], prefix="metrics-")
     worker = _worker(
@@ -577,30 +867,40 @@ def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
         STREAMSCRIBE_METRICS_PORT=str(port),
         STREAMSCRIBE_METRICS_HOST="127.0.0.1",
     )
+
+    def observed(text: str) -> dict[str, float]:
+        return {
+            f"{name}{labels}": metric_value(text, name, **labels) or 0.0
+            for name, labels in SCENARIO_SERIES
+        }
+
     try:
         assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
-        assert _http(base + "/healthz")[0] == 200
-        Publisher(settings, calls).start().join()
+        assert http_get(base + "/healthz")[0] == 200
+        # Paced in real time, so that partials are due while the utterance is open.
+        Publisher(settings, calls, speed=1.0).start().join()
         events = read_topic(
             settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(1), 180
         )
         assert sessions_ended(1)(events), worker.log()
-        time.sleep(2)  # one more commit: lag and commit durations observed
-        status, text = _http(base + "/metrics")
-        assert status == 200
-        exposed = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line}
+        # The counts land at the commit after the work (endpoint_to_final once its final is
+        # committed): scrape until every series has moved, or the deadline.
+        text = poll_metrics(base + "/metrics", lambda text: all(observed(text).values()), 60)
+        assert all(observed(text).values()), (observed(text), worker.log())
+        # Every record of the call counted ok, once.
+        published = chunk_records(settings.bootstrap_servers, _topic(settings, "audio.chunks"))
+        assert metric_value(text, "asr_request_total", outcome="ok") == published
+        exposed = {name for name, _ in metric_samples(text)}
         gpu_only = {"streamscribe_gpu_"}
         for spec in CATALOGUE:
             if not torch.cuda.is_available() and spec.name.startswith(tuple(gpu_only)):
                 continue
             names = spec.series_names
             assert any(name in exposed for name in names), f"{spec.name} not exposed"
-        assert 'asr_request_total{outcome="ok"}' in text
-        assert 'asr_duration_seconds_count{kind="endpoint_to_final"}' in text
 
         broker("down")
         assert _wait_for_status(base + "/readyz", 503, 60), "readiness stays true without Kafka"
-        assert "kafka" in _http(base + "/readyz")[1]
+        assert "kafka" in http_get(base + "/readyz")[1]
         broker("up")
         assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
     finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from typing import Any
 
 import orjson
 from confluent_kafka import Consumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline.asr.engine import StreamingEngine
 from pipeline.asr.factory import build_engine
@@ -88,6 +90,58 @@ class WorkerProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-4000:]
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET; status 0 when nothing answers."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
+    except OSError as error:
+        return 0, str(error)
+
+
+def metric_samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of a Prometheus text exposition: (series name, sorted labels) → value."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric_value(text: str, name: str, **labels: str) -> float | None:
+    """The value of the series ``name{labels}`` (exactly those labels), None when absent."""
+    return metric_samples(text).get((name, tuple(sorted(labels.items()))))
+
+
+def poll_metrics(url: str, until: Callable[[str], bool], timeout_s: float) -> str:
+    """Scrape ``url`` until ``until(text)`` or the deadline; returns the last exposition."""
+    deadline = time.monotonic() + timeout_s
+    text = ""
+    while True:
+        status, body = http_get(url)
+        if status == 200:
+            text = body
+            if until(text):
+                return text
+        if time.monotonic() >= deadline:
+            return text
+        time.sleep(0.5)
 
 
 def load_calls(names: Iterable[str], prefix: str = "") -> list[CallAudio]:
@@ -195,6 +249,20 @@ def read_topic(
 
 def sessions_ended(expected: int) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda events: sum(e["type"] == "session_ended" for e in events) >= expected
+
+
+def chunk_records(bootstrap: str, topic: str) -> int:
+    """How many records ``topic`` holds (high minus low watermarks, all partitions)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"test-{uuid.uuid4().hex}"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        total = 0
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 30)
+            total += high - low
+    finally:
+        consumer.close()
+    return total
 
 
 def committed_offsets(bootstrap: str, group_id: str, topic: str, partitions: int) -> list[int]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 
 import pytest
 
@@ -134,8 +136,14 @@ def test_expired_call_lists_are_dropped(catalog: HotwordCatalog) -> None:
     assert catalog.bias_for("acme", "c2") is not catalog.bias_for("acme", "c1")
 
 
+MIN_READS_WHILE_WRITING = 50
+
+
 def test_readers_always_see_a_whole_snapshot(catalog: HotwordCatalog, tok: PieceTokenizer) -> None:
     seen: set[frozenset[str]] = set()
+    errors: list[BaseException] = []
+    reads = 0
+    first_read = threading.Event()
     stop = threading.Event()
     # Tokenize both lists before reading starts: the fake tokenizer's vocabulary is not
     # thread-safe (the real one is immutable).
@@ -143,18 +151,41 @@ def test_readers_always_see_a_whole_snapshot(catalog: HotwordCatalog, tok: Piece
     catalog.put(hl("acme", None, "Niamh", "Nguyen"))
 
     def read() -> None:
-        while not stop.is_set():
-            bias = catalog.bias_for("acme", "c1")
-            seen.add(frozenset(started(bias, tok)) if bias else frozenset())
+        nonlocal reads
+        try:
+            while not stop.is_set():
+                # The tenant list is replaced, never removed: a call always has a bias.
+                bias = catalog.bias_for("acme", "c1")
+                assert bias is not None
+                seen.add(frozenset(started(bias, tok)))
+                reads += 1
+                first_read.set()
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+            first_read.set()
 
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads often, so reads land inside the writes
     reader = threading.Thread(target=read)
     reader.start()
-    for _ in range(200):
-        catalog.put(hl("acme", None, "Niamh", "Nguyen"))
-        catalog.put(hl("acme", None, "Zyrtec", "Zymase"))
-    stop.set()
-    reader.join()
-    assert seen <= {frozenset({" Ni", " Ng"}), frozenset({" Zy"}), frozenset()}
+    try:
+        assert first_read.wait(10)
+        # Write until the reader has read often while the lists change (at least 200 rounds).
+        reads_before = reads
+        rounds = 0
+        deadline = time.monotonic() + 30
+        while rounds < 200 or reads - reads_before < MIN_READS_WHILE_WRITING:
+            assert time.monotonic() < deadline, f"{reads - reads_before} reads while writing"
+            catalog.put(hl("acme", None, "Niamh", "Nguyen"))
+            catalog.put(hl("acme", None, "Zyrtec", "Zymase"))
+            rounds += 1
+    finally:
+        stop.set()
+        reader.join()
+        sys.setswitchinterval(old_interval)
+    assert errors == []
+    assert seen
+    assert seen <= {frozenset({" Ni", " Ng"}), frozenset({" Zy"})}
 
 
 def test_changes_are_reported_in_a_stable_order(catalog: HotwordCatalog) -> None:
