@@ -44,6 +44,7 @@ from pipeline.hotwords.model import (
     quote_stored,
     read_hash,
 )
+from pipeline.settings import mask_url_passwords
 
 __all__ = ["ChangeResult", "HotwordStore", "ProblemListener", "connect"]
 
@@ -118,7 +119,7 @@ def connect(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
             retry=Retry(NoBackoff(), 0),
         )
     except ValueError as error:
-        raise ConfigError(f"bad Redis URL {url!r}: {error}") from None
+        raise ConfigError(f"bad Redis URL {mask_url_passwords(url)!r}: {error}") from None
 
 
 @dataclass(frozen=True, slots=True)

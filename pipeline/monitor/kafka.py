@@ -119,8 +119,11 @@ class KafkaReader:
             ConfigError: a topic does not exist (``topics apply`` not run, or a wrong prefix).
             InfrastructureError: the brokers do not answer.
         """
-        live = Consumer(reader_config(self._settings, read_committed=False))
-        committed = Consumer(reader_config(self._settings, read_committed=True))
+        try:
+            live = Consumer(reader_config(self._settings, read_committed=False))
+            committed = Consumer(reader_config(self._settings, read_committed=True))
+        except KafkaException as error:
+            raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
         self._consumers = [committed, live]
         try:
             self._assign(live, _LIVE_ROLES)

@@ -86,3 +86,12 @@ def test_redis_unreachable_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["hotwords", "list", "--tenant", "acme", "--redis-url", UNREACHABLE])
     assert code == 1
     assert "Redis" in capsys.readouterr().err
+
+
+def test_a_bad_redis_url_is_reported_without_its_password() -> None:
+    from pipeline.hotwords.store import connect
+
+    with pytest.raises(ConfigError) as refused:
+        connect("redis://:s3cret@host:notaport/0")
+    assert "s3cret" not in str(refused.value)
+    assert "***" in str(refused.value)

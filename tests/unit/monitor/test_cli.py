@@ -84,3 +84,13 @@ def test_the_readers_join_no_group_and_commit_nothing() -> None:
     assert live["isolation.level"] == "read_uncommitted"
     assert committed["isolation.level"] == "read_committed"
     assert live["group.id"] != committed["group.id"]
+
+
+def test_a_librdkafka_property_it_refuses_is_a_config_error_not_a_traceback() -> None:
+    from pipeline.monitor.kafka import KafkaReader
+    from pipeline.settings import KafkaSettings
+
+    kafka = KafkaSettings(bootstrap_servers="127.0.0.1:9", client={"no.such.prop": "1"})
+    reader = KafkaReader(Settings(kafka=kafka), lambda records: None, history_ms=1, now_ms=int)
+    with pytest.raises(ConfigError, match="no.such.prop"):
+        reader.open()

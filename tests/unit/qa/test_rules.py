@@ -240,3 +240,10 @@ def test_an_unreadable_rules_file_is_a_config_error(tmp_path: Path) -> None:
     broken.write_text("[[rules]\n")
     with pytest.raises(ConfigError, match=r"broken\.toml"):
         load_rules(broken)
+
+
+def test_a_rules_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "rules.toml"
+    path.write_bytes('title = "caf\u00e9"\n'.encode("latin-1"))
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_rules(path)
