@@ -150,7 +150,9 @@ def load_rules(path: Path | str | None) -> QaRules:
     try:
         data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as error:
-        raise ConfigError(f"cannot read rules file {path}: not UTF-8 (byte {error.start})") from None
+        raise ConfigError(
+            f"cannot read rules file {path}: not UTF-8 (byte {error.start})"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"cannot read rules file {path}: {error}") from None
     return parse_rules(data, str(path))
