@@ -7,10 +7,14 @@ import dataclasses
 import faulthandler
 import logging
 import signal
+import time
 from typing import Any
 
 from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
 from pipeline.settings import validate_settings
+
+LOAD_STALL_S = 600.0
+"""A worker still loading its model after this long answers /healthz with 503 (restarted)."""
 
 __all__ = ["register"]
 
@@ -74,8 +78,15 @@ def _run(args: argparse.Namespace) -> int:
             partitions_assigned=worker is not None and bool(worker.status.assigned),
         )
 
+    loading_since_s = time.monotonic()
+
     def stalled() -> str | None:
-        return None if worker is None else worker.stalled()
+        if worker is not None:
+            return worker.stalled()
+        loading_s = time.monotonic() - loading_since_s
+        if loading_s > LOAD_STALL_S:  # a wedged CUDA init or model load: restart the pod
+            return f"the model has been loading for {loading_s:.0f} s"
+        return None
 
     # Served from before the model loads: alive (and not ready) while loading, so a liveness
     # probe does not restart a worker whose load is slow.

@@ -343,12 +343,10 @@ class AsrWorker:
         left = self._shutdown_deadline - time.monotonic()
         return max(0.1, min(TRANSACTION_TIMEOUT_S, left))
 
-    def _retry_s(self) -> float:
-        """How long a commit's calls may be retried: what is left of the shutdown bound while
-        stopping (the next owner replays what is not committed), else ``RETRY_DEADLINE_S``."""
-        if self._shutdown_deadline is None:
-            return RETRY_DEADLINE_S
-        return max(0.0, self._shutdown_deadline - time.monotonic())
+    def _stop_deadline(self) -> float | None:
+        """When the shutdown bound ends (monotonic s), once stopping: retries stop there (the
+        next owner replays what is not committed); None while running."""
+        return self._shutdown_deadline
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
@@ -362,6 +360,7 @@ class AsrWorker:
                 self._commit()
             else:
                 logger.warning("no time left for a last commit (the next owner replays)")
+                self._drop_partition_output()
         except (KafkaException, InfrastructureError) as error:
             logger.warning("final commit failed (the next owner replays): %s", error)
         finally:
@@ -421,8 +420,14 @@ class AsrWorker:
         if known is not None and offset <= known.skip_through:
             return  # covered by the session's restored snapshot
         duration_ms = chunk.duration_ms
+        # The session limit is waived only for calls an earlier owner admitted: every admitted
+        # session is checkpointed at the commit that moves past its first record.
         decision = self._admission.decide(
-            key, chunk.seq, duration_ms, chunk.end_of_stream, replaying=replaying
+            key,
+            chunk.seq,
+            duration_ms,
+            chunk.end_of_stream,
+            replaying=replaying and known is not None,
         )
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
@@ -694,15 +699,17 @@ class AsrWorker:
                 )
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
-                timeout_s = self._call_timeout_s()
                 _transactional(
-                    lambda: producer.send_offsets_to_transaction(offsets, metadata, timeout_s),
-                    self._retry_s(),
-                    timeout_s,
+                    lambda timeout_s: producer.send_offsets_to_transaction(
+                        offsets, metadata, timeout_s
+                    ),
+                    timeout_s=self._call_timeout_s,
+                    cut_off=self._stop_deadline,
                 )
-            timeout_s = self._call_timeout_s()
             _transactional(
-                lambda: producer.commit_transaction(timeout_s), self._retry_s(), timeout_s
+                producer.commit_transaction,
+                timeout_s=self._call_timeout_s,
+                cut_off=self._stop_deadline,
             )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
@@ -797,7 +804,7 @@ class AsrWorker:
                 progress.snapshot_taken(key, snapshot)
                 session.snapshot_admission = _copy_admission(self._admission, key)
                 session.last_snapshot_ms = now_ms
-            elif not finals_moved:
+            elif not finals_moved and session.announced:
                 continue  # nothing new to say; try again at the next commit
             checkpoint = SessionCheckpoint(
                 key,
@@ -809,6 +816,7 @@ class AsrWorker:
                 session.finals_suppressed,
             )
             self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
+            session.announced = True
             session.checkpointed_finals_through = session.finals_through
             session.dirty = snapshot is None
         if progress.next_offset >= 0:  # nothing fetched yet: the restored value stands
@@ -860,7 +868,7 @@ class AsrWorker:
                 self._metrics.set_dependency_up("kafka", False)
             producer = self._tx
             try:
-                _transactional(lambda: producer.abort_transaction(TRANSACTION_TIMEOUT_S))
+                _transactional(producer.abort_transaction)
                 cause = RewindCause.FAILED
             except KafkaException as abort_error:
                 raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
@@ -888,7 +896,7 @@ class AsrWorker:
         """
         self._tx = producer = self._transactional_producer()
         try:
-            _transactional(lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S))
+            _transactional(producer.init_transactions)
         except (KafkaException, _StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
@@ -1000,14 +1008,21 @@ class AsrWorker:
         # the other partitions is dropped too and replayed (their offsets were not committed).
         # The worker's own events (backpressure, hotwords, dependencies) are no partition's:
         # they stay, or they would never be published.
-        worker_key = self.worker_id.encode()
-        events = self._topics[TopicRole.EVENTS]
-        self._outbox = [r for r in self._outbox if r.topic == events and r.key == worker_key]
-        self._finals_in_tx.clear()
+        self._drop_partition_output()
         self._forget(numbers)
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
         self._event(EventType.PARTITIONS_LOST, detail={"partitions": sorted(numbers)})
+
+    def _drop_partition_output(self) -> None:
+        """Drop everything staged since the last commit except the worker's own events: the
+        finals, dead letters, checkpoints and session events of records whose offsets will not
+        be committed here (their next owner, or a rewind, handles them again)."""
+        worker_key = self.worker_id.encode()
+        events = self._topics[TopicRole.EVENTS]
+        self._outbox = [r for r in self._outbox if r.topic == events and r.key == worker_key]
+        self._finals_in_tx.clear()
+        self._uncommitted = _UncommittedCounts()
 
     def _forget(self, partitions: Iterable[int]) -> None:
         """Drop the sessions of partitions this worker no longer owns (no output)."""
@@ -1046,6 +1061,7 @@ class AsrWorker:
             self._remember_ended(key, progress.partition, self._clock.now_ms(), -1)
             return
         session = progress.session(key)
+        session.announced = True
         session.finals_through = checkpoint.finals_through
         session.checkpointed_finals_through = checkpoint.finals_through
         session.finals_published = checkpoint.finals_published
@@ -1145,29 +1161,42 @@ _UNREACHABLE = frozenset(
 """Error codes that mean the brokers cannot be reached (not a refusal)."""
 
 
-def _retrying(operation: Callable[[], object], deadline_s: float = RETRY_DEADLINE_S) -> None:
+def _retrying(
+    operation: Callable[[], object],
+    deadline_s: float = RETRY_DEADLINE_S,
+    cut_off: Callable[[], float | None] = lambda: None,
+) -> None:
     """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
-    restarting); other errors propagate."""
+    restarting) for ``deadline_s``, and never past ``cut_off()`` (monotonic s, asked after each
+    failure: a shutdown that begins meanwhile ends the retries); other errors propagate."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
             operation()
             return
         except KafkaException as error:
-            if not error.args[0].retriable() or time.monotonic() > deadline:
+            cut = cut_off()
+            last = deadline if cut is None else min(deadline, cut)
+            if not error.args[0].retriable() or time.monotonic() > last:
                 raise
             logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
             time.sleep(0.5)
 
 
 def _transactional(
-    operation: Callable[[], object],
-    retry_s: float = RETRY_DEADLINE_S,
-    bound_s: float = TRANSACTION_TIMEOUT_S,
+    call: Callable[[float], object],
+    *,
+    timeout_s: Callable[[], float] = lambda: TRANSACTION_TIMEOUT_S,
+    cut_off: Callable[[], float | None] = lambda: None,
 ) -> None:
-    """A transactional call given ``bound_s`` as its timeout: each try bounded (``_bounded``),
-    retriable errors retried for ``retry_s``."""
-    _retrying(lambda: _bounded(operation, bound_s), retry_s)
+    """A transactional librdkafka call, given ``timeout_s()`` (asked at each try) as its
+    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``)."""
+
+    def attempt() -> None:
+        bound_s = timeout_s()
+        _bounded(lambda: call(bound_s), bound_s)
+
+    _retrying(attempt, cut_off=cut_off)
 
 
 class _StuckCallError(InfrastructureError):

@@ -35,6 +35,10 @@ class SessionProgress:
     last_snapshot_ms: int = 0
     last_activity_ms: int = 0  # on the worker's fetch clock (``AsrWorker._tick_fetch_clock``)
     last_offset: int = -1  # the newest record admitted for the session
+    # Whether a checkpoint of the session was written (or it was restored from one): a new
+    # session is checkpointed at the first commit, with or without a snapshot, so that a
+    # takeover knows which calls were admitted.
+    announced: bool = False
     ended: bool = False
     dirty: bool = False
 

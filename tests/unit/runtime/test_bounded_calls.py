@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -36,3 +37,35 @@ def test_a_call_stuck_past_its_bound_and_the_grace_is_given_up() -> None:
             worker._bounded(release.wait, bound_s=0.05)
     finally:
         release.set()  # the stuck call's thread ends with the test
+
+
+def test_retries_stop_at_a_cut_off_that_comes_while_retrying() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    tries: list[float] = []
+    cut: list[float | None] = [None]
+
+    def restarting_broker() -> None:
+        tries.append(time.monotonic())
+        if len(tries) == 2:
+            cut[0] = time.monotonic() - 1  # SIGTERM: the shutdown bound has already run out
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "down", retriable=True))
+
+    with pytest.raises(KafkaException):
+        worker._retrying(restarting_broker, 120.0, cut_off=lambda: cut[0])
+    assert len(tries) == 2
+
+
+def test_each_try_gets_the_timeout_asked_for_at_that_try() -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    given: list[float] = []
+    timeouts = iter([30.0, 2.0])
+
+    def call(timeout_s: float) -> None:
+        given.append(timeout_s)
+        if len(given) == 1:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "down", retriable=True))
+
+    worker._transactional(call, timeout_s=lambda: next(timeouts))
+    assert given == [30.0, 2.0]

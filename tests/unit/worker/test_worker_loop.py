@@ -557,3 +557,48 @@ def test_the_vad_time_of_a_step_is_observed_when_it_had_frames() -> None:
     assert registry.get_sample_value("asr_duration_seconds_count", vad) == 1
     worker._iteration()  # nothing new: no VAD pass, nothing observed
     assert registry.get_sample_value("asr_duration_seconds_count", vad) == 1
+
+
+def test_a_shutdown_without_time_for_a_last_commit_publishes_no_partition_output() -> None:
+    # Finals and dead letters staged since the last commit belong to offsets that will not be
+    # committed: the next owner produces them again, so the leaving transaction must not.
+    registry = CollectorRegistry()
+    worker, producer = _worker(ManualClock(1_000_000), registry=registry, shutdown_timeout_ms=0)
+    # Closing the consumer revokes the partitions (the worker is closing: no commit there).
+    worker._consumer.close = lambda: worker._on_revoke(
+        worker._consumer, [TopicPartition("audio.chunks", 0)]
+    )
+    worker._handle(_Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 0))
+    worker._handle(_chunk("c1", 0, 1))
+    worker.stop()
+    worker._shutdown()
+    assert not any("dlq" in topic or "checkpoints" in topic for topic, *_ in producer.committed)
+    assert "worker_stopped" in _types(producer)
+    assert "chunk_rejected" not in _types(producer)
+    assert registry.get_sample_value("asr_dlq_total", {"reason": "missing_header"}) == 0
+
+
+def test_lost_partitions_drop_their_pending_counts() -> None:
+    registry = CollectorRegistry()
+    worker, producer = _worker(ManualClock(1_000_000), registry=registry)
+    worker._handle(_Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 0))
+    worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
+    worker._commit()
+    assert not any("dlq" in topic for topic, *_ in producer.committed)
+    assert registry.get_sample_value("asr_dlq_total", {"reason": "missing_header"}) == 0
+
+
+def test_a_takeover_does_not_admit_a_call_the_dead_owner_refused_at_its_limit() -> None:
+    clock = ManualClock(1_000_000)
+    first, committed = _worker(clock, max_open_sessions=1)
+    first._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
+    first._iteration()
+    first._commit()
+    assert first.status.dead_letters == 1  # B: too_many_sessions
+    survivor, producer = _takeover(clock, committed, max_open_sessions=1)
+    survivor._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
+    survivor._iteration()
+    survivor._commit()
+    assert SessionKey("B", "mono") not in survivor._engine.sessions
+    assert survivor._admission.state(("B", "mono")) is None
+    assert not any("dlq" in topic for topic, *_ in producer.committed)  # refused once, already
