@@ -206,7 +206,11 @@ class AsrSettings:
         800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance", minimum=1
     )
     max_utterance_ms: int = setting(
-        20000, "MAX_UTTERANCE_MS", "longest utterance before a cut", minimum=1
+        20000,
+        "MAX_UTTERANCE_MS",
+        "longest utterance before a cut (Whisper hears 30 s)",
+        minimum=1,
+        maximum=29000,
     )
     tenant_endpoints: str = setting(
         "",

@@ -50,6 +50,11 @@ def _ms_to_samples(duration_ms: int, sample_rate_hz: int) -> int:
     return -(-duration_ms * sample_rate_hz // 1000)
 
 
+MAX_UTTERANCE_LIMIT_MS = 29_000
+"""The longest utterance allowed: Whisper hears a 30 s window, and an utterance cut longer would
+lose its end silently (the margin covers the padding around it)."""
+
+
 @dataclass(frozen=True, slots=True)
 class EndpointConfig:
     """Endpoint rules of one tenant; the defaults are the project's (DESIGN §4).
@@ -81,6 +86,11 @@ class EndpointConfig:
             raise ConfigError(
                 f"speech_pad_ms must be >= 0 and less than half of trailing_silence_ms, "
                 f"got {self.speech_pad_ms}"
+            )
+        if self.max_utterance_ms > MAX_UTTERANCE_LIMIT_MS:
+            raise ConfigError(
+                f"max_utterance_ms must be at most {MAX_UTTERANCE_LIMIT_MS} (the recognizer "
+                f"hears 30 s at a time), got {self.max_utterance_ms}"
             )
         if self.max_utterance_ms <= self.min_utterance_ms:
             raise ConfigError(

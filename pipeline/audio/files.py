@@ -25,8 +25,11 @@ class CallAudio:
 
     @property
     def duration_ms(self) -> int:
+        """The longest channel's length in ms, rounded up: a loop over ``[0, duration_ms)``
+        in chunks reaches the last sample (rounded down, the samples of the last partial
+        millisecond were never sent, nor the end of stream with them)."""
         longest = max((len(s) for s in self.channels.values()), default=0)
-        return 1000 * longest // self.sample_rate_hz
+        return -(-1000 * longest // self.sample_rate_hz)
 
 
 def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
@@ -40,7 +43,8 @@ def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
     source = Path(path)
     try:
         data, sample_rate_hz = soundfile.read(str(source), dtype="float32", always_2d=True)
-    except (OSError, RuntimeError, soundfile.LibsndfileError) as error:
+    except (OSError, RuntimeError, TypeError, ValueError, soundfile.LibsndfileError) as error:
+        # TypeError: a headerless file (.raw), whose rate and format soundfile must be told
         raise ConfigError(f"cannot read audio file {source}: {error}") from None
     if data.shape[1] == 1:
         channels = {MONO_CHANNEL: np.ascontiguousarray(data[:, 0])}

@@ -224,6 +224,7 @@ def test_negative_duration_is_a_caller_bug() -> None:
         {"trailing_silence_ms": 0},
         {"min_utterance_ms": -1},
         {"max_utterance_ms": 100, "min_utterance_ms": 100},
+        {"max_utterance_ms": 29_001},  # longer than Whisper's window: its end would be lost
         {"speech_pad_ms": -1},
         {"speech_pad_ms": 400},
     ],

@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.asr.endpoint import EndpointConfig, EndpointReason
+from pipeline.asr.endpoint import MAX_UTTERANCE_LIMIT_MS, EndpointConfig, EndpointReason
 from pipeline.asr.engine import (
     EngineConfig,
     EngineOutput,
@@ -498,7 +498,7 @@ def test_finals_tile_the_speech_in_order_whatever_the_chunking(
     keys = (SessionKey("call-a", "agent"), SessionKey("call-a", "customer"))
     audios = (signal(*runs_a), signal(*runs_b))
     chunks = (chunk_a, chunk_b)
-    engine, _ = make_engine(max_utterance_ms=60_000)
+    engine, _ = make_engine(max_utterance_ms=MAX_UTTERANCE_LIMIT_MS)
     outputs: list[EngineOutput] = []
     positions = [0, 0]
     while any(p < len(a) for p, a in zip(positions, audios, strict=True)):
@@ -523,7 +523,7 @@ def test_finals_tile_the_speech_in_order_whatever_the_chunking(
         assert len(ended) == 1
         assert outputs.index(ended[0]) > max((outputs.index(f) for f in got), default=-1)
         # Finals depend on the audio alone: one chunk, alone in its engine, gives the same.
-        alone, _ = make_engine(max_utterance_ms=60_000, partials=False)
+        alone, _ = make_engine(max_utterance_ms=MAX_UTTERANCE_LIMIT_MS, partials=False)
         one_shot = finals(run(alone, audio, key=key, chunk_samples=len(audio)), key)
         assert one_shot == got
 
@@ -642,9 +642,10 @@ def scripted_final(result: Recognition) -> Callable[[RecognitionRequest], Recogn
     [
         (recognition(["you"] * 3, compression_ratio=3.1), Guard.COMPRESSION_RATIO),
         (recognition(["you"], no_speech_prob=0.9, avg_logprob=-1.5), Guard.NO_SPEECH),
+        (recognition(["you"], no_speech_prob=0.99, avg_logprob=-0.67), Guard.NO_SPEECH),
         (recognition(["you"], avg_logprob=-1.5), Guard.LOW_LOGPROB),
     ],
-    ids=["compression", "no-speech", "logprob"],
+    ids=["compression", "no-speech", "certain-no-speech", "logprob"],
 )
 def test_a_guarded_final_is_suppressed(result: Recognition, guard: Guard) -> None:
     engine, _ = make_engine(FakeRecognizer(scripted_final(result)), partials=False)
@@ -665,7 +666,7 @@ def test_a_guarded_final_is_suppressed(result: Recognition, guard: Guard) -> Non
     )
 
 
-def test_a_high_no_speech_probability_alone_does_not_suppress() -> None:
+def test_a_high_but_uncertain_no_speech_probability_alone_does_not_suppress() -> None:
     result = recognition(["hello"], no_speech_prob=0.9, avg_logprob=-0.3)
     engine, _ = make_engine(FakeRecognizer(scripted_final(result)), partials=False)
     [final] = finals(run(engine, signal(10, 40, 30)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import soundfile
 
-from pipeline.audio.files import read_call_audio
+from pipeline.audio.files import CallAudio, read_call_audio
 from pipeline.contracts.audio_chunk import STEREO_CHANNELS
 from pipeline.errors import ConfigError
 
@@ -67,3 +67,19 @@ def test_the_fixture_calls_are_stereo() -> None:
     assert audio.sample_rate_hz == 8000
     assert list(audio.channels) == ["agent", "customer"]
     assert audio.duration_ms == 24100
+
+
+def test_the_duration_is_rounded_up_so_a_chunk_loop_reaches_the_last_sample() -> None:
+    audio = CallAudio("c", 16000, {"mono": np.zeros(16_001, dtype=np.float32)})
+    assert audio.duration_ms == 1001
+    chunk_ms, sent = 100, 0
+    for start_ms in range(0, audio.duration_ms, chunk_ms):  # how transcribe and tests chunk
+        sent += len(audio.channels["mono"][start_ms * 16 : (start_ms + chunk_ms) * 16])
+    assert sent == 16_001
+
+
+def test_a_headerless_file_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "call.raw"
+    path.write_bytes(b"\0" * 640)
+    with pytest.raises(ConfigError, match="cannot read audio file"):
+        read_call_audio(path)
