@@ -8,7 +8,7 @@ from typing import Any
 from pipeline.cli.options import settings_from_args
 from pipeline.settings import Settings, describe_settings
 
-__all__ = ["register", "settings_markdown"]
+__all__ = ["check_consistency", "register", "settings_markdown"]
 
 
 def register(subparsers: Any) -> None:
@@ -31,11 +31,33 @@ def settings_markdown() -> str:
     return "\n".join(lines)
 
 
+def check_consistency(settings: Settings) -> None:
+    """The rules between settings that the commands check as they start (endpoint silence
+    against the speech pad, utterance limits, per-tenant endpoint rules, hotword reconnect
+    delays, the monitor's windows), checked here by the same code so that ``config`` finds
+    them before a worker crash-loops on them. Raises ``ConfigError``."""
+    # The engine's policy lives beside the model loader: torch is imported, no model loaded.
+    from pipeline.asr.factory import engine_config
+    from pipeline.hotwords.registry import RegistryConfig
+    from pipeline.monitor.server import validate_monitor_settings
+
+    engine_config(settings.asr)
+    section = settings.hotwords
+    RegistryConfig(
+        resync_interval_s=section.resync_interval_ms / 1000,
+        reconnect_initial_s=section.reconnect_initial_ms / 1000,
+        reconnect_max_s=section.reconnect_max_ms / 1000,
+    )
+    validate_monitor_settings(settings.monitor)
+
+
 def _show(args: argparse.Namespace) -> int:
     if args.markdown:
         print(settings_markdown())
         return 0
-    rows = describe_settings(settings_from_args(args))
+    settings = settings_from_args(args)
+    check_consistency(settings)
+    rows = describe_settings(settings)
     width = max(len(row.name) for row in rows)
     env_width = max(len(row.env) for row in rows)
     for row in rows:

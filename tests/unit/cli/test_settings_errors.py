@@ -137,3 +137,33 @@ def test_an_unknown_librdkafka_property_is_one_line(
     assert main([*NO_BROKER, *argv]) == 2
     line = _one_error_line(capsys)
     assert 'invalid Kafka client settings: No such configuration property: "no.such.prop"' in line
+
+
+@pytest.mark.parametrize(
+    ("env", "match"),
+    [
+        ({"STREAMSCRIBE_ENDPOINT_SILENCE_MS": "100"}, "speech_pad_ms"),
+        ({"STREAMSCRIBE_TENANT_ENDPOINTS": "acme"}, "STREAMSCRIBE_TENANT_ENDPOINTS"),
+        ({"STREAMSCRIBE_TENANT_ENDPOINTS": "acme:900:100"}, "tenant 'acme'"),
+        (
+            {
+                "STREAMSCRIBE_HOTWORDS_RECONNECT_INITIAL_MS": "5000",
+                "STREAMSCRIBE_HOTWORDS_RECONNECT_MAX_MS": "1000",
+            },
+            "reconnect_max_s",
+        ),
+        ({"STREAMSCRIBE_MONITOR_METRICS_WINDOW_MS": "100"}, "metrics_window_ms"),
+    ],
+)
+def test_config_finds_what_only_a_starting_command_used_to(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    env: dict[str, str],
+    match: str,
+) -> None:
+    # Each value is within its own bounds; together with the others it is unusable, and a
+    # worker would exit on it at start. `config` says so first.
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main([*NO_BROKER, "config"]) == 2
+    assert match in _one_error_line(capsys)
