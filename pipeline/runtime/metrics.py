@@ -123,6 +123,9 @@ class RewindCause(enum.StrEnum):
     STUCK = "stuck"
     """A transactional call did not return within its bound (a librdkafka hang while the
     group coordinator is unreachable); the transactional producer was replaced."""
+    FATAL = "fatal"
+    """The transactional producer hit a fatal error other than being fenced (an invalid
+    transaction state after a broker restart); it was replaced."""
 
 
 class HotwordScope(enum.StrEnum):

@@ -856,25 +856,31 @@ class AsrWorker:
                 self._stage(topic, key=encode_key(key), value=None, partition=partition)
 
     def _transaction_failed(self, error: KafkaException | _StuckCallError) -> None:
-        """Abort (or replace a stuck producer) and rewind: drop in-RAM state and replay from the
-        committed offsets and checkpoints. A fatal error (e.g. this worker fenced) is raised."""
+        """Abort (or replace a stuck or broken producer) and rewind: drop in-RAM state and
+        replay from the committed offsets and checkpoints. Being fenced is raised: another
+        worker with this worker's id owns its transactions now."""
         cause = RewindCause.STUCK
         if isinstance(error, KafkaException):
             kafka_error = error.args[0]
-            if kafka_error.fatal():
-                raise InfrastructureError(f"fatal Kafka transaction error: {kafka_error}") from None
-            logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+            _raise_if_fenced(kafka_error)
             if kafka_error.code() in _UNREACHABLE:
                 self._metrics.set_dependency_up("kafka", False)
-            producer = self._tx
-            try:
-                _transactional(producer.abort_transaction)
-                cause = RewindCause.FAILED
-            except KafkaException as abort_error:
-                raise InfrastructureError(f"cannot abort the transaction: {abort_error}") from None
-            except _StuckCallError as stuck:
-                error = stuck
-        if cause is RewindCause.STUCK:
+            if kafka_error.fatal():
+                cause = RewindCause.FATAL
+            else:
+                logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
+                producer = self._tx
+                try:
+                    _transactional(producer.abort_transaction)
+                    cause = RewindCause.FAILED
+                except KafkaException as abort_error:
+                    # A broker restarted mid-transaction can leave the producer in a state it
+                    # cannot leave (INVALID_TXN_STATE, fatal): a new producer can.
+                    _raise_if_fenced(abort_error.args[0])
+                    error, cause = abort_error, RewindCause.FATAL
+                except _StuckCallError as stuck:
+                    error = stuck
+        if cause is not RewindCause.FAILED:
             logger.error("%s; replacing the transactional producer and rewinding", error)
             self._replace_producer()
         self._metrics.count_transaction_rewind(cause)
@@ -1153,6 +1159,23 @@ class AsrWorker:
         finally:
             reader.close()
         return {partition: list(found.values()) for partition, found in latest.items()}
+
+
+_FENCED = frozenset(
+    {
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    }
+)
+"""Error codes after which this worker must not produce again (a newer instance with its
+transactional id took over, or it may not use that id)."""
+
+
+def _raise_if_fenced(error: KafkaError) -> None:
+    if error.code() in _FENCED:
+        raise InfrastructureError(f"fatal Kafka transaction error: {error}")
 
 
 _UNREACHABLE = frozenset(

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import orjson
+import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
@@ -17,6 +18,7 @@ from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
+from pipeline.errors import InfrastructureError
 from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
 from pipeline.runtime.metrics import WorkerMetrics
 from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
@@ -602,3 +604,53 @@ def test_a_takeover_does_not_admit_a_call_the_dead_owner_refused_at_its_limit() 
     assert SessionKey("B", "mono") not in survivor._engine.sessions
     assert survivor._admission.state(("B", "mono")) is None
     assert not any("dlq" in topic for topic, *_ in producer.committed)  # refused once, already
+
+
+class _AbortFails(_FailingOnce):
+    """Its first commit times out; aborting then fails fatally with ``code``."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__()
+        self.code = code
+
+    def abort_transaction(self, *_: Any) -> None:
+        raise KafkaException(KafkaError(self.code, "end transaction refused", fatal=True))
+
+
+class _Fresh(_Producer):
+    def init_transactions(self, *_: Any) -> None:
+        pass
+
+
+def _rewinding(worker: AsrWorker) -> None:
+    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._consumer.committed = lambda partitions, timeout: [
+        TopicPartition("audio.chunks", 0, -1001)
+    ]
+    worker._consumer.seek = lambda tp: None
+
+
+def test_a_producer_a_broker_restart_left_in_a_fatal_state_is_replaced_not_fatal() -> None:
+    # Seen in the broker-restart test: messages timed out, then the abort was refused with
+    # INVALID_TXN_STATE (fatal) and the worker exited. A new producer with the same
+    # transactional id recovers, as for a stuck call.
+    registry = CollectorRegistry()
+    worker, _ = _worker(ManualClock(1_000_000), registry=registry)
+    worker._tx = _AbortFails(KafkaError.INVALID_TXN_STATE)
+    replacement = _Fresh()
+    worker._transactional_producer = lambda: replacement  # type: ignore[method-assign]
+    _rewinding(worker)
+    records = [_chunk("c1", seq, seq, end=seq == 2) for seq in range(3)]
+    _run(worker, records)  # the commit fails, the abort fails: replaced and rewound
+    assert worker._tx is replacement
+    assert registry.get_sample_value("asr_transaction_rewinds_total", {"cause": "fatal"}) == 1
+    _run(worker, records)  # the replay goes through the new producer
+    assert "session_ended" in _types(replacement)
+
+
+def test_a_fenced_worker_stops() -> None:
+    worker, _ = _worker(ManualClock(1_000_000))
+    worker._tx = _AbortFails(KafkaError.PRODUCER_FENCED)
+    _rewinding(worker)
+    with pytest.raises(InfrastructureError, match="fatal"):
+        _run(worker, [_chunk("c1", 0, 0)])
