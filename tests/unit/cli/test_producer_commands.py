@@ -10,22 +10,13 @@ import soundfile
 
 from pipeline.cli import main
 from pipeline.cli.publish import load_frames
-
-# Nothing listens here: a command that reached Kafka would fail differently (exit 1).
-NO_BROKER = ["--bootstrap", "127.0.0.1:9"]
+from tests.unit.cli.errors import NO_BROKER, one_error_line
 
 
 def _wav(path: Path, sample_rate_hz: int, channels: int, num_frames: int = 800) -> Path:
     frames = np.random.default_rng(0).integers(-9000, 9000, (num_frames, channels), np.int16)
     soundfile.write(str(path), frames, sample_rate_hz, subtype="PCM_16")
     return path
-
-
-def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("streamscribe: error: ")
-    return err[0]
 
 
 def test_load_frames_reads_int16_samples_exactly(tmp_path: Path) -> None:
@@ -46,7 +37,7 @@ def test_publish_refuses_unsupported_files(
 ) -> None:
     path = _wav(tmp_path / "bad.wav", rate, channels)
     assert main([*NO_BROKER, "publish", str(path), "--call-id", "c1"]) == 2
-    assert match in _one_error_line(capsys)
+    assert match in one_error_line(capsys)
 
 
 def test_publish_needs_a_call_id_and_a_readable_file(
@@ -55,14 +46,14 @@ def test_publish_needs_a_call_id_and_a_readable_file(
     monkeypatch.delenv("STREAMSCRIBE_CALL_ID", raising=False)
     path = _wav(tmp_path / "ok.wav", 16000, 1)
     assert main([*NO_BROKER, "publish", str(path)]) == 2
-    assert "--call-id is required" in _one_error_line(capsys)
+    assert "--call-id is required" in one_error_line(capsys)
     assert main([*NO_BROKER, "publish", str(tmp_path / "missing.wav"), "--call-id", "c"]) == 2
-    assert "cannot read audio file" in _one_error_line(capsys)
+    assert "cannot read audio file" in one_error_line(capsys)
 
 
 def test_simulate_needs_usable_audio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path / "nope")]) == 2
-    assert "not a folder" in _one_error_line(capsys)
+    assert "not a folder" in one_error_line(capsys)
     _wav(tmp_path / "cd.wav", 44100, 2)
     assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
@@ -74,7 +65,7 @@ def test_simulate_refuses_a_bad_load(tmp_path: Path, capsys: pytest.CaptureFixtu
     _wav(tmp_path / "ok.wav", 8000, 1)
     argv = [*NO_BROKER, "simulate", "--audio-dir", str(tmp_path), "--bad-rate", "2"]
     assert main(argv) == 2
-    assert "--bad-rate must be within [0, 1]" in _one_error_line(capsys)
+    assert "--bad-rate must be within [0, 1]" in one_error_line(capsys)
 
 
 def test_simulate_ends_its_open_calls_when_a_delivery_fails(

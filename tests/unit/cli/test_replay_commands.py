@@ -9,9 +9,8 @@ import pytest
 
 from pipeline.cli import main
 from pipeline.contracts import to_json
+from tests.unit.cli.errors import NO_BROKER, one_error_line
 from tests.unit.replay.builders import final
-
-NO_BROKER = ["--bootstrap", "127.0.0.1:9"]
 
 
 def _dump(path: Path, *finals: object) -> Path:
@@ -103,13 +102,6 @@ def test_compare_gate_from_the_environment(
     assert main(["compare", str(base), str(worse)]) == 1
 
 
-def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("streamscribe: error: ")
-    return err[0]
-
-
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
@@ -142,7 +134,7 @@ def test_compare_user_mistakes_exit_2(
         "junk": str(tmp_path / "junk.jsonl"),
     }
     assert main([arg.format(**names) for arg in argv]) == 2
-    assert match in _one_error_line(capsys)
+    assert match in one_error_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -171,4 +163,4 @@ def test_replay_and_tail_user_mistakes_exit_2_before_kafka(
     capsys: pytest.CaptureFixture[str], argv: list[str], match: str
 ) -> None:
     assert main([*NO_BROKER, *argv]) == 2
-    assert match in _one_error_line(capsys)
+    assert match in one_error_line(capsys)

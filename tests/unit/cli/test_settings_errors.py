@@ -10,21 +10,12 @@ from pathlib import Path
 import pytest
 
 from pipeline.cli import main
-
-# Nothing listens here: a command that reached Kafka would fail differently (exit 1).
-NO_BROKER = ["--bootstrap", "127.0.0.1:1"]
+from tests.unit.cli.errors import NO_BROKER, one_error_line
 
 
 @pytest.fixture(autouse=True)
 def _no_settings_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("STREAMSCRIBE_CONFIG", raising=False)
-
-
-def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("streamscribe: error: ")
-    return err[0]
 
 
 def test_config_masks_the_redis_password(
@@ -61,42 +52,41 @@ def test_config_with_a_dotted_client_password_in_the_file_masks_it(
 
 
 @pytest.mark.parametrize(
-    ("variable", "value", "named"),
+    ("command", "variable", "value", "named"),
     [
-        ("STREAMSCRIBE_MAX_BATCH", "0", "asr.max_batch (STREAMSCRIBE_MAX_BATCH)"),
-        ("STREAMSCRIBE_METRICS_PORT", "70000", "metrics.port (STREAMSCRIBE_METRICS_PORT)"),
-        ("STREAMSCRIBE_DEVICE", "gpu", "asr.device (STREAMSCRIBE_DEVICE)"),
+        (["config"], "STREAMSCRIBE_MAX_BATCH", "0", "asr.max_batch (STREAMSCRIBE_MAX_BATCH)"),
+        (
+            ["config"],
+            "STREAMSCRIBE_METRICS_PORT",
+            "70000",
+            "metrics.port (STREAMSCRIBE_METRICS_PORT)",
+        ),
+        (["config"], "STREAMSCRIBE_DEVICE", "gpu", "asr.device (STREAMSCRIBE_DEVICE)"),
+        (
+            ["qa", "--check"],
+            "STREAMSCRIBE_QA_APP_ID",
+            "",
+            "qa.app_id (STREAMSCRIBE_QA_APP_ID) must be non-empty",
+        ),
+        (
+            ["qa", "--check"],
+            "STREAMSCRIBE_QA_END_GRACE_MS",
+            "-5",
+            "qa.end_grace_ms (STREAMSCRIBE_QA_END_GRACE_MS)",
+        ),
     ],
 )
-def test_config_reports_a_value_out_of_bounds_in_one_line(
+def test_a_value_out_of_bounds_is_reported_in_one_line(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    command: list[str],
     variable: str,
     value: str,
     named: str,
 ) -> None:
     monkeypatch.setenv(variable, value)
-    assert main([*NO_BROKER, "config"]) == 2
-    assert named in _one_error_line(capsys)
-
-
-@pytest.mark.parametrize(
-    ("variable", "value", "named"),
-    [
-        ("STREAMSCRIBE_QA_APP_ID", "", "qa.app_id (STREAMSCRIBE_QA_APP_ID) must be non-empty"),
-        ("STREAMSCRIBE_QA_END_GRACE_MS", "-5", "qa.end_grace_ms (STREAMSCRIBE_QA_END_GRACE_MS)"),
-    ],
-)
-def test_qa_check_refuses_a_value_out_of_bounds(
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    variable: str,
-    value: str,
-    named: str,
-) -> None:
-    monkeypatch.setenv(variable, value)
-    assert main([*NO_BROKER, "qa", "--check"]) == 2
-    assert named in _one_error_line(capsys)
+    assert main([*NO_BROKER, *command]) == 2
+    assert named in one_error_line(capsys)
 
 
 def test_a_settings_file_that_is_not_utf8_is_one_line(
@@ -105,7 +95,7 @@ def test_a_settings_file_that_is_not_utf8_is_one_line(
     path = tmp_path / "latin1.toml"
     path.write_bytes('[worker]\ngroup_id = "café"\n'.encode("latin-1"))
     assert main([*NO_BROKER, "--config", str(path), "config"]) == 2
-    assert "not UTF-8" in _one_error_line(capsys)
+    assert "not UTF-8" in one_error_line(capsys)
 
 
 @pytest.fixture
@@ -122,7 +112,7 @@ def test_worker_metrics_port_out_of_range_is_one_line(
     capsys: pytest.CaptureFixture[str], port: str
 ) -> None:
     assert main([*NO_BROKER, "worker", f"--metrics-port={port}"]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert "metrics.port (STREAMSCRIBE_METRICS_PORT) must be between 0 and 65535" in line
     assert line.endswith(f"got {port}")
 
@@ -135,7 +125,7 @@ def test_an_unknown_librdkafka_property_is_one_line(
     monkeypatch.setenv("STREAMSCRIBE_LIBRDKAFKA_NO_SUCH_PROP", "1")
     monkeypatch.setenv("STREAMSCRIBE_METRICS_PORT", "0")
     assert main([*NO_BROKER, *argv]) == 2
-    line = _one_error_line(capsys)
+    line = one_error_line(capsys)
     assert 'invalid Kafka client settings: No such configuration property: "no.such.prop"' in line
 
 
@@ -166,4 +156,4 @@ def test_config_finds_what_only_a_starting_command_used_to(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert main([*NO_BROKER, "config"]) == 2
-    assert match in _one_error_line(capsys)
+    assert match in one_error_line(capsys)
