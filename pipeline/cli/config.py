@@ -42,12 +42,7 @@ def check_consistency(settings: Settings) -> None:
     from pipeline.monitor.server import validate_monitor_settings
 
     engine_config(settings.asr)
-    section = settings.hotwords
-    RegistryConfig(
-        resync_interval_s=section.resync_interval_ms / 1000,
-        reconnect_initial_s=section.reconnect_initial_ms / 1000,
-        reconnect_max_s=section.reconnect_max_ms / 1000,
-    )
+    RegistryConfig.from_settings(settings.hotwords)
     validate_monitor_settings(settings.monitor)
 
 

@@ -43,7 +43,7 @@ from pipeline.hotwords.catalog import HotwordBias, HotwordCatalog
 from pipeline.hotwords.model import ChangeNotice, Hotword, HotwordKeys, ListRef
 from pipeline.hotwords.store import HotwordStore, connect
 from pipeline.hotwords.trie import BiasWeights, PhraseTokenizer
-from pipeline.settings import Settings
+from pipeline.settings import HotwordSettings, Settings
 
 __all__ = [
     "Backoff",
@@ -80,6 +80,15 @@ class RegistryConfig:
                 raise ConfigError(f"hotwords {name} must be > 0, got {getattr(self, name)}")
         if self.reconnect_max_s < self.reconnect_initial_s:
             raise ConfigError("hotwords reconnect_max_s must be >= reconnect_initial_s")
+
+    @classmethod
+    def from_settings(cls, section: HotwordSettings) -> RegistryConfig:
+        """The timing that ``settings.hotwords`` describes (``ConfigError`` when unusable)."""
+        return cls(
+            resync_interval_s=section.resync_interval_ms / 1000,
+            reconnect_initial_s=section.reconnect_initial_ms / 1000,
+            reconnect_max_s=section.reconnect_max_ms / 1000,
+        )
 
 
 class Backoff:
@@ -144,12 +153,7 @@ class HotwordRegistry:
         clock: Clock | None = None,
     ) -> HotwordRegistry:
         """A registry on ``settings.redis.url`` with ``settings.hotwords`` (not started)."""
-        section = settings.hotwords
-        config = RegistryConfig(
-            resync_interval_s=section.resync_interval_ms / 1000,
-            reconnect_initial_s=section.reconnect_initial_ms / 1000,
-            reconnect_max_s=section.reconnect_max_ms / 1000,
-        )
+        config = RegistryConfig.from_settings(settings.hotwords)
         registry = cls(
             _store(settings, config.redis_timeout_s, clock),
             _catalog(settings, tokenizer),
