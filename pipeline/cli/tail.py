@@ -24,6 +24,7 @@ import orjson
 
 from pipeline.cli.options import add_env_option, settings_from_args
 from pipeline.errors import ConfigError, InfrastructureError
+from pipeline.runtime.kafka import new_consumer
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 
@@ -204,7 +205,6 @@ def _tail(args: argparse.Namespace) -> int:
     from confluent_kafka import (
         OFFSET_BEGINNING,
         OFFSET_END,
-        Consumer,
         KafkaError,
         KafkaException,
         TopicPartition,
@@ -218,10 +218,7 @@ def _tail(args: argparse.Namespace) -> int:
     prefix = settings.kafka.topic_prefix
     partials_topic = topic_name(TopicRole.PARTIALS, prefix)
     finals_topic = topic_name(TopicRole.FINALS, prefix)
-    try:
-        consumer = Consumer(_tail_consumer_config(settings, args.from_beginning))
-    except KafkaException as error:
-        raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
+    consumer = new_consumer(_tail_consumer_config(settings, args.from_beginning))
     stdout = sys.stdout
     tty = stdout.isatty()
     view = TailView(stdout, as_json=args.json, tty=tty, width=shutil.get_terminal_size().columns)

@@ -39,6 +39,7 @@ from pipeline.monitor.records import (
     parse_partial,
     parse_qa_call,
 )
+from pipeline.runtime.kafka import new_consumer
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 
@@ -119,11 +120,8 @@ class KafkaReader:
             ConfigError: a topic does not exist (``topics apply`` not run, or a wrong prefix).
             InfrastructureError: the brokers do not answer.
         """
-        try:
-            live = Consumer(reader_config(self._settings, read_committed=False))
-            committed = Consumer(reader_config(self._settings, read_committed=True))
-        except KafkaException as error:
-            raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
+        live = new_consumer(reader_config(self._settings, read_committed=False))
+        committed = new_consumer(reader_config(self._settings, read_committed=True))
         self._consumers = [committed, live]
         try:
             self._assign(live, _LIVE_ROLES)

@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from pipeline.contracts.messages import Event, EventType, Final, to_json
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.replay.results import PartitionRange
 from pipeline.replay.runner import ChunkRecord, StreamSummary
+from pipeline.runtime.kafka import new_consumer
 from pipeline.settings import KafkaSettings
 from pipeline.topics import TopicRole, topic_name
 
@@ -56,10 +57,7 @@ class ChunkSource:
 
     def __init__(self, kafka: KafkaSettings, topic: str) -> None:
         self.topic = topic
-        try:
-            self._consumer = Consumer(replay_consumer_config(kafka))
-        except KafkaException as error:
-            raise ConfigError(f"invalid consumer settings: {error.args[0]}") from None
+        self._consumer = new_consumer(replay_consumer_config(kafka))
 
     def plan(self, from_ms: int | None, to_ms: int | None) -> list[PartitionRange]:
         """The offsets to read in every partition of the topic (empty ranges left out).

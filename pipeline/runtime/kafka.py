@@ -1,15 +1,35 @@
-"""librdkafka configurations of the worker's clients (settings map onto librdkafka keys here)."""
+"""librdkafka configurations of the worker's clients (settings map onto librdkafka keys here),
+and ``new_consumer``, which every command's reader is created through."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException
+
+from pipeline.errors import ConfigError
 from pipeline.settings import KafkaSettings, WorkerSettings
 
 __all__ = [
     "checkpoint_reader_config",
     "consumer_config",
+    "new_consumer",
     "partials_producer_config",
     "transactional_producer_config",
 ]
+
+
+def new_consumer(config: Mapping[str, object]) -> Consumer:
+    """A confluent-kafka ``Consumer`` of ``config``.
+
+    Raises:
+        ConfigError: librdkafka refuses a property or its value (an unknown
+            ``STREAMSCRIBE_LIBRDKAFKA_*`` key, a mistyped ``[kafka.client]`` value).
+    """
+    try:
+        return Consumer(dict(config))
+    except KafkaException as error:
+        raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
 
 
 def _base(kafka: KafkaSettings) -> dict[str, str | int | bool]:
