@@ -202,8 +202,7 @@ class AsrWorker:
     def stop(self) -> None:
         """Ask the loop to finish (thread-safe; what SIGTERM calls). The shutdown bound
         (``shutdown_timeout_ms``) runs from here: a commit in flight shortens its retries."""
-        if self._shutdown_deadline is None:
-            self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
+        self._start_shutdown_clock()
         self._stop.set()
 
     def notify_dependency(self, dependency: str, up: bool, detail: str = "") -> None:
@@ -335,6 +334,12 @@ class AsrWorker:
             self._metrics.count_early_finals(EarlyFinalOutcome.USED, used - seen_used)
             self._early_finals_seen = counts
 
+    def _start_shutdown_clock(self) -> float:
+        """The shutdown bound's end (monotonic s), set the first time this is called."""
+        if self._shutdown_deadline is None:
+            self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
+        return self._shutdown_deadline
+
     def _call_timeout_s(self) -> float:
         """The timeout of one transactional call: ``TRANSACTION_TIMEOUT_S``, or what is left of
         the shutdown bound while stopping (at least 0.1 s)."""
@@ -350,9 +355,7 @@ class AsrWorker:
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
-        if self._shutdown_deadline is None:  # the loop ended without ``stop`` (an error)
-            self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
-        deadline = self._shutdown_deadline
+        deadline = self._start_shutdown_clock()  # already running unless the loop failed
         try:
             if self._consumer is not None and self.status.assigned:
                 self._consumer.pause(self._assignment())
