@@ -118,15 +118,19 @@ def test_kill_9_mid_call_loses_and_duplicates_no_final(
     second = _worker(topics, group_id, "w-b", tmp_path)
     events_topic = _topic(topics, "asr.events")
     try:
-        owners = wait_for_owners(topics.bootstrap_servers, events_topic, ("w-a", "w-b"), 12, 180)
+        owners = wait_for_owners(
+            topics.bootstrap_servers, events_topic, ("w-a", "w-b"), PARTITIONS, 180
+        )
         # Call ids chosen so that the worker killed owns calls, and so does the survivor.
         calls = calls_on(
             [*CALLS, "calls/call02_delivery.flac"],
             [owners["w-a"], owners["w-b"]],
-            12,
+            PARTITIONS,
             topics.topic_prefix,
         )
-        victims = {c.call_id for c in calls if kafka_partition(c.call_id, 12) in owners["w-a"]}
+        victims = {
+            c.call_id for c in calls if kafka_partition(c.call_id, PARTITIONS) in owners["w-a"]
+        }
         publisher = Publisher(topics, calls, speed=2.0).start()
         started = read_topic(
             topics.bootstrap_servers,
@@ -182,12 +186,14 @@ def test_worker_joining_and_leaving_mid_call_keeps_finals_exactly_once(
     second: WorkerProcess | None = None
     events_topic = _topic(topics, "asr.events")
     try:
-        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-first",), 12, 180)
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-first",), PARTITIONS, 180)
         publisher = Publisher(topics, calls, speed=2.0).start()
         time.sleep(4)
         second = _worker(topics, group_id, "w-second", tmp_path)
         # The joiner takes partitions mid-call, then the first worker leaves mid-call.
-        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-first", "w-second"), 12, 180)
+        wait_for_owners(
+            topics.bootstrap_servers, events_topic, ("w-first", "w-second"), PARTITIONS, 180
+        )
         time.sleep(2)
         exit_s = first.terminate()
         publisher.join()
@@ -633,7 +639,7 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     worker = _worker(topics, group_id, "w-term", tmp_path)
     events_topic = _topic(topics, "asr.events")
     try:
-        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-term",), 12, 180)
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-term",), PARTITIONS, 180)
         publisher = Publisher(topics, calls, speed=2.0).start()
         read_topic(  # mid-call: it has handled and committed some of the call
             topics.bootstrap_servers,
@@ -650,7 +656,7 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     assert worker.process.returncode == 0, worker.log()
     assert exit_s < 10 + 2
     offsets = committed_offsets(
-        topics.bootstrap_servers, group_id, _topic(topics, "audio.chunks"), 12
+        topics.bootstrap_servers, group_id, _topic(topics, "audio.chunks"), PARTITIONS
     )
     assert any(offset > 0 for offset in offsets), worker.log()
     events = read_topic(
@@ -664,7 +670,7 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     assert "partitions_revoked" in kinds
     assert kinds.index("partitions_revoked") < kinds.index("worker_stopped")
     revoked = next(e for e in events if e["type"] == "partitions_revoked")
-    assert revoked["detail"]["partitions"] == list(range(12))
+    assert revoked["detail"]["partitions"] == list(range(PARTITIONS))
 
 
 @pytest.fixture
