@@ -31,6 +31,7 @@ from pipeline.producer import AudioPublisher
 from pipeline.replay import kafka as replay_kafka
 from pipeline.replay.results import PartitionRange, load_run
 from pipeline.runtime.admin import TopicAdmin
+from pipeline.runtime.kafka import new_consumer
 from pipeline.settings import KafkaSettings, Settings, WorkerSettings
 from pipeline.topics import load_topic_specs
 from tests.conftest import FIXTURES, validate
@@ -102,7 +103,7 @@ def replays(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
 
     def recording_consumer(config: dict[str, Any]) -> Consumer:
         consumer_groups.append(str(config["group.id"]))
-        return Consumer(config)
+        return new_consumer(config)
 
     try:
         with pytest.MonkeyPatch.context() as patch:
@@ -110,7 +111,7 @@ def replays(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> I
             patch.setenv("STREAMSCRIBE_TORCH_THREADS", "1")
             # Every consumer the replay makes (its Kafka shell is its only Kafka reader), so the
             # test can check that none of them left a group behind, whatever its name.
-            patch.setattr(replay_kafka, "Consumer", recording_consumer)
+            patch.setattr(replay_kafka, "new_consumer", recording_consumer)
             from_ms = int(time.time() * 1000) - 1000
             _publish(kafka)
             to_ms = int(time.time() * 1000) + 60_000
