@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.engine_wer [--quick]
 
 Clips: the speech fixtures with a reference (``tests/fixtures/refs.tsv``): utterances,
-telephone (8 kHz) and G.711 copies, noisy copies, the two pause files and every call channel.
+telephone (8 kHz) and G.711 copies, noisy copies, the two pause files, the repeated sentences
+and every call channel.
 WER: ``pipeline.evaluation.wer`` (normalized, corpus WER = summed edits / summed reference
 words, per category).
 
@@ -67,8 +68,9 @@ CATEGORIES = {
     "noisy": "noisy",
     "pause": "pauses",
     "call": "call channels",
+    "repeat": "repeats",
 }
-SPEECH_KINDS = ("utterance", "telephone", "telephone_codec", "noisy", "pause")
+SPEECH_KINDS = ("utterance", "telephone", "telephone_codec", "noisy", "pause", "repeat")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ Contract:
       soundfile are not needed to generate the fixtures (tests read them with soundfile).
 
 Output (see ``tests/fixtures/README.md`` for the format of ``manifest.json`` and ``refs.tsv``):
-    utterances/  telephone/  noisy/  calls/  pauses/  nonspeech/  hotwords/
+    utterances/  telephone/  noisy/  calls/  pauses/  nonspeech/  hotwords/  repeats/
     manifest.json  refs.tsv
 
 Usage:
@@ -42,7 +42,16 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT_DIR = REPO_ROOT / "tests" / "fixtures"
-MANAGED_DIRS = ("utterances", "telephone", "noisy", "calls", "pauses", "nonspeech", "hotwords")
+MANAGED_DIRS = (
+    "utterances",
+    "telephone",
+    "noisy",
+    "calls",
+    "pauses",
+    "nonspeech",
+    "hotwords",
+    "repeats",
+)
 MANIFEST_SCHEMA = 1
 
 SAMPLE_RATE_HZ = 16_000
@@ -1096,6 +1105,33 @@ def build_hotwords(build: Build) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 8. repeats/
+# ---------------------------------------------------------------------------------------------
+
+REPEATS: dict[str, Say] = {
+    "rep01_hear": Say("Can you hear me now? Can you hear me now? Can you hear me now? Hello?"),
+    "rep02_hold": Say(
+        "Please hold on a moment while I check that for you."
+        " Please hold on a moment while I check that for you."
+    ),
+    "rep03_thanks": Say("Thank you very much. Thank you very much. Have a great day.", KAL),
+    "rep04_repeat": Say(
+        "I said the package never arrived. I said the package never arrived.", ESPEAK_US
+    ),
+}
+
+
+def build_repeats(build: Build) -> None:
+    """Sentences a caller says twice in a row, verbatim: real speech that a decoder's loop guard
+    must not cut back to one copy (Whisper's hallucination loops look the same in tokens)."""
+    for rep_id, say in REPEATS.items():
+        clip = build.synth(say)
+        entry = utterance_entry(rep_id, f"repeats/{rep_id}.flac", "repeat", clip)
+        entry.update(span_fields(clip.speech_first, clip.speech_end, SAMPLE_RATE_HZ))
+        build.write(entry, [clip.samples], SAMPLE_RATE_HZ)
+
+
+# ---------------------------------------------------------------------------------------------
 # Manifest, refs.tsv, verification
 # ---------------------------------------------------------------------------------------------
 
@@ -1107,6 +1143,7 @@ SECTIONS: tuple[Callable[[Build], None], ...] = (
     build_pauses,
     build_nonspeech,
     build_hotwords,
+    build_repeats,
 )
 REF_KINDS = (
     "utterance",
@@ -1116,6 +1153,7 @@ REF_KINDS = (
     "pause",
     "hotword",
     "hotword_negative",
+    "repeat",
 )
 
 

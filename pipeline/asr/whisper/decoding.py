@@ -91,7 +91,10 @@ class DecodingOptions:
     before the word that would exceed ``max_words_per_second × audio seconds + words_slack``
     (forced prefix words count). ``repetition_guard`` cuts a tail in which a block of
     ``p <= repetition_max_period_tokens`` tokens repeats ``max(repetition_min_repeats,
-    ceil(repetition_min_span_tokens / p))`` times back to one occurrence.
+    ceil(repetition_min_span_tokens / p))`` times back to one occurrence. The defaults (3
+    repeats, 24 tokens) keep a sentence a caller says twice, or a short question said three
+    times, whole: Whisper loops run on until a cap, real repeats stop (the ``repeats`` fixtures;
+    2 repeats over 16 tokens cut 22 of their 62 words, with no gain on the other fixtures).
     ``max_prompt_tokens=None`` keeps the last ``n_text_ctx // 2 - 1`` context tokens.
     ``language``/``task`` are used by multilingual models only.
     """
@@ -105,8 +108,8 @@ class DecodingOptions:
     words_slack: int = 3
     repetition_guard: bool = True
     repetition_max_period_tokens: int = 48
-    repetition_min_repeats: int = 2
-    repetition_min_span_tokens: int = 16
+    repetition_min_repeats: int = 3
+    repetition_min_span_tokens: int = 24
     max_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:

@@ -199,6 +199,22 @@ def test_repeated_sentence_is_cut_back_to_one(model: WhisperModel) -> None:
     assert list(result.tokens) == sentence
 
 
+@pytest.mark.parametrize(
+    ("said", "copies"),
+    [(" please hold on a moment while I check that for you.", 2), (" can you hear me now?", 3)],
+)
+def test_a_sentence_said_again_is_not_taken_for_a_loop(
+    model: WhisperModel, said: str, copies: int
+) -> None:
+    # A caller repeating a sentence, then going on: the defaults keep every copy.
+    tok = model.tokenizer
+    spoken = tok.encode(said) * copies + tok.encode(" Hello?")
+    options = DecodingOptions(max_words_per_second=None)
+    (result,) = decode(model, [mel(400, 12)], options, biases=[ForceTokens([*spoken, tok.eot])])
+    assert result.stop_reason is StopReason.END_OF_TEXT
+    assert list(result.tokens) == spoken
+
+
 def test_words_per_second_cap_counts_prefix_words(model: WhisperModel) -> None:
     tok = model.tokenizer
     words = [tok.encode(w)[0] for w in (" alpha", " bravo", " delta", " echo", " golf")]
