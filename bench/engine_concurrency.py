@@ -2,7 +2,8 @@
 
     .venv/bin/python -m bench.engine_concurrency [--quick] [--channels 1 4 16]
 
-One process, one engine (``build_engine``, the worker's defaults, CPU), no Kafka. A feeder loop
+One process, one engine (``build_engine``, the worker's defaults; CPU, or CUDA in float16 with
+``--device cuda``), no Kafka. A feeder loop
 delivers every channel's audio in 20 ms chunks on wall-clock time, the way a live call
 arrives: chunk ``k`` of a channel is handed to ``engine.accept`` once its last sample has been
 "captured" (at ``start + (k + 1) × 20 ms``), stamped with the wall time of its first sample,
@@ -410,7 +411,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
     )
 
 
-def plot(results: dict[str, Any]) -> tuple[Any, Any]:
+def plot(results: dict[str, Any], device: str = "cpu") -> tuple[Any, Any]:
     levels = list(results["levels"].values())
     channels = [level["channels"] for level in levels]
     figure, axes = new_figure(8, 4.5)
@@ -422,7 +423,7 @@ def plot(results: dict[str, Any]) -> tuple[Any, Any]:
     axes.set_xticks(channels, [str(c) for c in channels])
     axes.set_xlabel("concurrent real-time channels")
     axes.set_ylabel("latency, s")
-    axes.set_title("Engine latency vs concurrent channels (one process, CPU)")
+    axes.set_title(f"Engine latency vs concurrent channels (one process, {device.upper()})")
     axes.legend(fontsize=7, ncol=2)
 
     memory_figure, memory_axes = new_figure(6, 3.5)
@@ -511,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "MiB",
         ),
     ]
-    latency_figure, memory_figure = plot(results)
+    latency_figure, memory_figure = plot(results, args.device)
     write_results(
         result_name(NAME, args.device),
         quick=args.quick,
@@ -530,32 +531,49 @@ def main(argv: Sequence[str] | None = None) -> int:
             "chunk_ms": CHUNK_MS,
             "start_spread_s": START_SPREAD_S,
             "max_step_jobs": WorkerSettings().max_step_jobs,
-            "asr": "AsrSettings() defaults (hop 500 ms, max_batch 16, min window 10 s)",
+            "asr": "AsrSettings() defaults (hop 500 ms, min window 10 s) but for the values above",
         },
         results=results,
         markdown=markdown(results, args.threads, args.device),
         targets=targets,
         figures={"": latency_figure, "memory": memory_figure},
-        notes=[
-            SHARED_MACHINE_NOTE,
-            "RSS growth at small N is dominated by allocator noise (a few MiB spread over "
-            "one session); the quiet-session run is the precise per-session figure.",
-            "Step budget (`STREAMSCRIBE_STEP_BUDGET_MS`, config above): under load a partial's "
-            "latency stays near the budget and finals take turns with partials, so the "
-            "partials column is what overload costs (fewer updates per session). Measured "
-            "without it (budget 0, 1 thread, same harness): 16 channels P95 chunk→partial "
-            "3.41 s and endpoint→final 6.21 s; with 600 ms: 1.59 s and 2.88 s.",
-            "Finals decoded ahead (`STREAMSCRIBE_EARLY_FINAL_MS`, 300 ms into the trailing "
-            "silence; the column above counts those published and those decoded): the final "
-            "goes out, without a decode, in the step that reaches the endpoint. Measured with "
-            "it off (`--early-final-ms 0`, budget 400 ms, same harness, same hour): 16 channels "
-            "P95 endpoint→final 1.29 s against 0.55 s with it on.",
-        ],
+        notes=notes(args.device),
         started_s=started,
         out=args.out,
     )
     print(markdown(results, args.threads, args.device))
     return 0
+
+
+def notes(device: str) -> list[str]:
+    """The report's notes for a run on ``device``: the comparisons measured on CPU only go
+    into the CPU report."""
+    common = [
+        SHARED_MACHINE_NOTE,
+        "RSS growth at small N is dominated by allocator noise (a few MiB spread over "
+        "one session); the quiet-session run is the precise per-session figure.",
+    ]
+    if device != "cpu":
+        return [
+            *common,
+            f"Memory is the host process's RSS; the {device.upper()} device's own memory is not "
+            "in these figures.",
+            "The step-budget and early-final comparisons of the CPU report were measured on "
+            f"CPU; they were not repeated on {device.upper()}.",
+        ]
+    return [
+        *common,
+        "Step budget (`STREAMSCRIBE_STEP_BUDGET_MS`, config above): under load a partial's "
+        "latency stays near the budget and finals take turns with partials, so the "
+        "partials column is what overload costs (fewer updates per session). Measured "
+        "without it (budget 0, 1 thread, same harness): 16 channels P95 chunk→partial "
+        "3.41 s and endpoint→final 6.21 s; with 600 ms: 1.59 s and 2.88 s.",
+        "Finals decoded ahead (`STREAMSCRIBE_EARLY_FINAL_MS`, 300 ms into the trailing "
+        "silence; the column above counts those published and those decoded): the final "
+        "goes out, without a decode, in the step that reaches the endpoint. Measured with "
+        "it off (`--early-final-ms 0`, budget 400 ms, same harness, same hour): 16 channels "
+        "P95 endpoint→final 1.29 s against 0.55 s with it on.",
+    ]
 
 
 def _seconds(value_ms: float | None) -> float | None:

@@ -87,6 +87,20 @@ def test_a_cuda_run_sits_right_after_its_cpu_run(tmp_path: Path) -> None:
     assert "(CUDA)" in readme
 
 
+def test_each_devices_machine_is_shown(tmp_path: Path) -> None:
+    for name in ("engine_rtf", "engine_rtf-cuda"):
+        write_results(name, quick=True, config={}, results={}, markdown=f"## {name}", out=tmp_path)
+    cuda = json.loads((tmp_path / "engine_rtf-cuda.json").read_text())
+    cuda["machine"].update(cpu_model="GPU host CPU", logical_cores=16, gpu="NVIDIA H200")
+    (tmp_path / "engine_rtf-cuda.json").write_text(json.dumps(cuda))
+    readme = build_readme(tmp_path)
+    machine = readme[readme.index("## Machine") :]
+    assert "|  | CPU runs | CUDA runs |" in machine
+    assert "GPU host CPU" in machine
+    assert "NVIDIA H200" in machine
+    assert "none (CPU only)" in machine  # the CPU runs' machine, beside it
+
+
 EXPOSITION = """\
 # HELP asr_duration_seconds Latencies
 # TYPE asr_duration_seconds histogram
