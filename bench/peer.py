@@ -106,9 +106,11 @@ class PeerWord:
 
 @dataclass(frozen=True, slots=True)
 class PartialObservation:
-    """A partial as the harness sees it: the capture time of the newest audio it covers."""
+    """A partial as the harness sees it: which utterance of its stream it shows (the index its
+    final will carry) and the capture time of the newest audio it covers."""
 
     stream_id: str
+    utterance_index: int
     text: str
     covered_capture_ms: int
     emit_ms: int
@@ -367,6 +369,7 @@ class PeerStream:
             outputs.append(
                 PartialObservation(
                     self.stream_id,
+                    utterance.index,
                     "".join(w.text for w in words).strip(),
                     self.capture_ms_at(end),
                     now_ms(),

@@ -265,28 +265,15 @@ def run_peer_level(peer: PeerSystem, channels: int, seed: int) -> dict[str, Any]
         if isinstance(o, PartialObservation)
     ]
     finals = [o for o in outputs if isinstance(o, FinalObservation)]
-    # A partial belongs to the utterance its stream's next final closes.
-    updates: list[TextUpdate] = []
-    finals_so_far: dict[str, int] = {}
-    for output in sorted(outputs, key=lambda o: o.emit_ms):
-        if isinstance(output, FinalObservation):
-            finals_so_far[output.stream_id] = finals_so_far.get(output.stream_id, 0) + 1
-        else:
-            updates.append(
-                TextUpdate(
-                    output.stream_id,
-                    finals_so_far.get(output.stream_id, 0),
-                    output.emit_ms,
-                    output.covered_capture_ms,
-                )
-            )
     texts: dict[str, list[tuple[int, str]]] = {}
     for final in finals:
         texts.setdefault(final.stream_id, []).append((final.utterance_index, final.text))
     return {
         "channels": channels,
         "chunk_to_partial_s": percentiles(partial_s),
-        "partial_refresh_s": percentiles(age / 1000 for age in refresh_staleness_ms(updates)),
+        "partial_refresh_s": percentiles(
+            age / 1000 for age in refresh_staleness_ms(peer_text_updates(outputs))
+        ),
         "hop_s": peer.hop_ms / 1000,
         "endpoint_to_final_s": percentiles(
             (f.emit_ms - f.decided_capture_ms) / 1000 for f in finals
@@ -298,6 +285,16 @@ def run_peer_level(peer: PeerSystem, channels: int, seed: int) -> dict[str, Any]
         "feeder_lateness_ms": percentiles(lateness_ms),
         "texts": _joined(texts),
     }
+
+
+def peer_text_updates(outputs: Sequence[Output]) -> list[TextUpdate]:
+    """The peer's partials as screen updates, each in the utterance it carries (the index its
+    final has; an utterance whose final was empty and never emitted keeps its own index)."""
+    return [
+        TextUpdate(o.stream_id, o.utterance_index, o.emit_ms, o.covered_capture_ms)
+        for o in outputs
+        if isinstance(o, PartialObservation)
+    ]
 
 
 def calibrate_peer(

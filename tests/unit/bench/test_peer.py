@@ -13,6 +13,7 @@ from bench.peer import (
     PeerStream,
     PeerWord,
 )
+from bench.peer_sweep import peer_text_updates
 from pipeline.asr.vad import EnergyVad
 
 RATE = 16_000
@@ -59,10 +60,11 @@ def test_agreement_drops_a_repeat_of_the_committed_tail() -> None:
 
 
 class ScriptedDecoder:
-    """One word per 250 ms of audio: loud audio → "w<k>", silence → nothing."""
+    """One word per 250 ms of audio: loud audio (mean |x| > ``loud``) → "w<k>", else nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, loud: float = 0.05) -> None:
         self.calls: list[tuple[int, str]] = []
+        self.loud = loud
 
     def __call__(self, audio: npt.NDArray[np.float32], prompt: str) -> list[PeerWord]:
         self.calls.append((len(audio), prompt))
@@ -70,15 +72,17 @@ class ScriptedDecoder:
         step = int(WORD_S * RATE)
         for k in range(len(audio) // step):
             piece = audio[k * step : (k + 1) * step]
-            if np.abs(piece).mean() > 0.05:
+            if np.abs(piece).mean() > self.loud:
                 end = "." if k % 4 == 3 else ""
                 out.append(PeerWord(f" w{k}{end}", k * WORD_S, (k + 1) * WORD_S))
         return out
 
 
-def speech_then_silence(speech_s: float, silence_s: float) -> npt.NDArray[np.float32]:
+def speech_then_silence(
+    speech_s: float, silence_s: float, level: float = 0.3
+) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(0)
-    speech = (0.3 * rng.standard_normal(int(speech_s * RATE))).astype(np.float32)
+    speech = (level * rng.standard_normal(int(speech_s * RATE))).astype(np.float32)
     return np.concatenate([speech, np.zeros(int(silence_s * RATE), dtype=np.float32)])
 
 
@@ -128,3 +132,18 @@ def test_stream_trims_the_buffer_at_a_committed_sentence_end() -> None:
     # carry the committed text as the prompt.
     assert any(prompt for _, prompt in decoder.calls)
     assert min(n for n, _ in decoder.calls[-2:]) < 5 * RATE
+
+
+def test_partials_carry_their_utterance_even_after_an_empty_final() -> None:
+    # The first utterance is speech to the VAD but gives the decoder no words: its final is
+    # empty and never emitted, so counting finals would file the second one's partials under it.
+    stream = PeerStream("a", PeerSettings(), EnergyVad(), ScriptedDecoder(loud=0.15))
+    audio = np.concatenate(
+        [speech_then_silence(3.0, 1.5, level=0.1), speech_then_silence(3.0, 0.5, level=0.3)]
+    )
+    outputs = feed(stream, audio)
+    assert [o.utterance_index for o in outputs if isinstance(o, FinalObservation)] == [1]
+    updates = peer_text_updates(outputs)
+    texts = [o.text for o in outputs if isinstance(o, PartialObservation)]
+    assert {u.utterance for u, text in zip(updates, texts, strict=True) if not text} == {0}
+    assert {u.utterance for u, text in zip(updates, texts, strict=True) if text} == {1}
