@@ -87,6 +87,7 @@ SATURATED_P95_S = 5.0
 DRAIN_TIMEOUT_S = 120.0
 TARGET_RATIO = 3.0
 TARGET_WER_POINTS = 0.5
+VAD_WARM_UP_FRAMES = 3
 
 Output = PartialObservation | FinalObservation
 
@@ -215,8 +216,14 @@ class Peer(PeerSystem):
         super().__init__(PeerDecoder(settings), self._vad_pool, settings, wall_ms)
 
     def _vad_pool(self, n: int) -> list[VadLike]:
+        """``n`` VADs, each loaded and warmed once: a TorchScript model's first calls compile
+        (tens of ms each), which would otherwise land on a live stream's first frames."""
         while len(self._pool) < n:
-            self._pool.append(self.make_vad())
+            vad = self.make_vad()
+            state = vad.new_state()
+            for _ in range(VAD_WARM_UP_FRAMES):
+                vad.speech_probs(np.zeros((1, vad.frame_samples), dtype=np.float32), [state])
+            self._pool.append(vad)
         return self._pool[:n]
 
     def warm_up(self, clip: FixtureClip) -> None:
@@ -230,15 +237,21 @@ class Peer(PeerSystem):
         return run_peer_level(self, channels, seed)
 
 
-def run_peer_level(peer: PeerSystem, channels: int, seed: int) -> dict[str, Any]:
+def run_peer_level(
+    peer: PeerSystem, channels: int, seed: int, audio_s: float = CHANNEL_AUDIO_S
+) -> dict[str, Any]:
     """``run_level``'s load for a system with a thread per channel: a feeder hands every chunk
-    over when due (the same chunks, times and capture stamps), the channels' threads decode."""
+    over when due (the same chunks, times and capture stamps), the channels' threads decode.
+
+    The peer is started (its VAD pool sized and loaded, its threads running) before the clock
+    of the channels starts, so that start-up is not charged to the first chunks."""
     clips = call_clips()
+    stream_ids = [c.stream_id for c in plan_channels(channels, audio_s, seed, 0.0, clips)]
+    outputs: list[Output] = []
+    peer.start(stream_ids, outputs.append)
     epoch_offset_s = time.time() - time.monotonic()
     t0 = time.monotonic() + 0.2
-    planned = plan_channels(channels, CHANNEL_AUDIO_S, seed, t0, clips)
-    outputs: list[Output] = []
-    peer.start([c.stream_id for c in planned], outputs.append)
+    planned = plan_channels(channels, audio_s, seed, t0, clips)
     lateness_ms: list[float] = []
     next_chunk = {c.stream_id: 0 for c in planned}
     cpu = CpuMeter()

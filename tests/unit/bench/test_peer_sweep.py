@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from bench.common import FixtureClip, TextUpdate, refresh_staleness_ms
+from bench.peer import PeerSettings, PeerSystem
 from bench.peer_sweep import (
     fast_partials_channels,
     is_sustained,
     plan_channels,
     rerender,
+    run_peer_level,
     score,
     summarize,
     sustained_channels,
+    wall_ms,
 )
+from pipeline.asr.vad import EnergyVad
 
 
 def clip(i: int, rate: int = 16_000) -> FixtureClip:
@@ -157,3 +162,15 @@ def test_fast_partials_channels_ignores_refresh() -> None:
     levels = [level(1, 0.4, True), level(8, 0.5, False), level(16, 1.7, False)]
     assert fast_partials_channels(levels) == 8
     assert fast_partials_channels([{**level(4, 0.4, True), "drained": False}]) == 0
+
+
+def test_peer_start_up_is_not_charged_to_the_first_chunks() -> None:
+    def slow_vads(n: int) -> list[EnergyVad]:
+        time.sleep(0.5 * n)  # what loading a model per stream costs
+        return [EnergyVad() for _ in range(n)]
+
+    peer = PeerSystem(lambda audio, prompt: [], slow_vads, PeerSettings(), wall_ms)
+    # Seed 3 starts a channel 0.17 s after the clock: 1 s of start-up would make it late.
+    level = run_peer_level(peer, channels=2, seed=3, audio_s=0.3)
+    assert level["drained"]
+    assert level["feeder_lateness_ms"]["max"] < 250
