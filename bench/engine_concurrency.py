@@ -19,11 +19,14 @@ channels (cycled for large N), each starting at a random offset within the first
 - CPU: this process's CPU seconds per wall second (``psutil``) and the machine's CPU use.
 - memory: RSS growth over the warmed-up baseline (after a full batch of speech windows)
   divided by open sessions, and the engine's own audio buffers (``Session.buffer`` bytes).
-  RSS is sampled every second after a garbage collection and ``malloc_trim``. The overhead of
-  a session = (growth − buffered audio) / sessions: an upper bound, since the growth also holds
-  the decoder's working memory; how much of it stays once every session has closed is shown
-  beside it. A separate run opens many quiet sessions at once to measure the per-session
-  state without decoding noise.
+  The baseline is read after a garbage collection and ``malloc_trim``, before the channels'
+  clock starts; during the run RSS is read as it is once a second (a plain read: a collection
+  and trim take ~0.1 s, which inside the live loop would delay chunks and steps), so it also
+  holds heap the allocator kept after frees. The overhead of a session = (growth − buffered
+  audio) / sessions: an upper bound, since the growth also holds the decoder's working memory
+  and that kept heap; how much stays once every session has closed (read after a collection
+  and trim) is shown beside it. A separate run opens many quiet sessions at once, collecting
+  before each reading, to measure the per-session state without decoding noise.
 """
 
 from __future__ import annotations
@@ -144,14 +147,25 @@ def run_level(
     duration_s: float,
     seed: int,
     max_step_jobs: int,
+    *,
+    sample_memory: bool = True,
 ) -> dict[str, Any]:
+    """Run ``channels`` live channels of ``duration_s`` through ``engine`` (see the module
+    docstring) and return the level's numbers.
+
+    ``sample_memory``: read RSS once a second in the loop (plain reads) and collect garbage and
+    ``malloc_trim`` before and after the level, outside the channels' time; False does none of
+    it (``memory`` is then None), for comparisons with a harness that samples nothing.
+    """
+    baseline_rss = 0
+    if sample_memory:
+        release_memory()
+        baseline_rss = rss_bytes()
     epoch_offset_s = time.time() - time.monotonic()
     t0 = time.monotonic() + 0.2
     streams = plan_channels(channels, duration_s, seed, t0, call_clips())
     keys = [SessionKey(stream.stream_id, stream.channel) for stream in streams]
     next_chunk = [0] * len(streams)
-    release_memory()
-    baseline_rss = rss_bytes()
     partial_latency_ms: list[float] = []
     updates: list[TextUpdate] = []
     final_latency_ms: list[float] = []
@@ -205,8 +219,7 @@ def run_level(
             decode_steps += 1
             step_s.append(elapsed)
         now = time.monotonic()
-        if now >= next_memory_s and engine.sessions:
-            release_memory()
+        if sample_memory and now >= next_memory_s and engine.sessions:
             memory_samples.append(
                 {
                     "sessions": len(engine.sessions),
@@ -223,14 +236,7 @@ def run_level(
         if pending and not decoded:
             time.sleep(max(0.0, min(pending) - time.monotonic()))
     usage = cpu.read()
-    # What stays after every session closed is working memory (recognizer batches, allocator
-    # pools), not session state: reported beside, not subtracted (growth keeps coming from
-    # decoding until the last final, so subtracting it can go below zero).
-    release_memory()
-    retained = rss_bytes() - baseline_rss
     audio_s = sum(len(s.samples) / s.sample_rate_hz for s in streams)
-    full = [m for m in memory_samples if m["sessions"] == channels]
-    overhead = [(m["rss_growth_bytes"] - m["buffer_bytes"]) / channels for m in full]
     return {
         "channels": channels,
         "audio_s_per_channel": duration_s,
@@ -250,16 +256,30 @@ def run_level(
         "busy_fraction": sum(step_s) / usage["wall_s"],
         "cpu": usage,
         "cpu_s_per_audio_s": usage["process_cpu_s"] / audio_s,
-        "memory": {
-            "baseline_rss_bytes": baseline_rss,
-            "retained_after_close_bytes": retained,
-            "samples": len(memory_samples),
-            "rss_growth_per_session_bytes": percentiles(
-                m["rss_growth_bytes"] / channels for m in full
-            ),
-            "buffer_per_session_bytes": percentiles(m["buffer_bytes"] / channels for m in full),
-            "overhead_per_session_bytes": percentiles(overhead),
-        },
+        "memory": _memory(memory_samples, channels, baseline_rss) if sample_memory else None,
+    }
+
+
+def _memory(
+    samples: Sequence[dict[str, float]], channels: int, baseline_rss: int
+) -> dict[str, Any]:
+    """The level's memory figures from its in-loop samples, and what stays once every session
+    has closed (read after a collection and trim: working memory such as recognizer batches and
+    allocator pools, not session state; reported beside the growth, not subtracted, since
+    growth keeps coming from decoding until the last final and subtracting could go below 0)."""
+    release_memory()
+    retained = rss_bytes() - baseline_rss
+    full = [m for m in samples if m["sessions"] == channels]
+    overhead = [(m["rss_growth_bytes"] - m["buffer_bytes"]) / channels for m in full]
+    return {
+        "baseline_rss_bytes": baseline_rss,
+        "retained_after_close_bytes": retained,
+        "samples": len(samples),
+        "sampling": "plain RSS reads once a second in the loop; collect + malloc_trim only "
+        "before the level (baseline) and after it (retained)",
+        "rss_growth_per_session_bytes": percentiles(m["rss_growth_bytes"] / channels for m in full),
+        "buffer_per_session_bytes": percentiles(m["buffer_bytes"] / channels for m in full),
+        "overhead_per_session_bytes": percentiles(overhead),
     }
 
 
@@ -380,9 +400,10 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
             f"Whisper tiny.en + silero VAD on {device.upper()}"
             + ("" if device == "cpu" else " (float16)")
             + f", {threads} torch thread(s); latencies in ms "
-            "as P50 / P95 / P99; memory in MiB (per session: median of 1 s samples while all "
-            "sessions are open; overhead = (RSS growth − buffered audio) / sessions, an upper "
-            "bound that includes the decoder's working memory). Partial refresh: how old a "
+            "as P50 / P95 / P99; memory in MiB (per session: median of plain RSS reads, one a "
+            "second, while all sessions are open, no garbage collection or trim in the loop; "
+            "overhead = (RSS growth − buffered audio) / sessions, an upper bound that includes "
+            "the decoder's working memory and heap the allocator kept). Partial refresh: how old a "
             "channel's partial got before the next one replaced it (`bench.common."
             "refresh_staleness_ms`): what shedding partial decodes under load costs.",
             markdown_table(
@@ -552,6 +573,10 @@ def notes(device: str) -> list[str]:
         SHARED_MACHINE_NOTE,
         "RSS growth at small N is dominated by allocator noise (a few MiB spread over "
         "one session); the quiet-session run is the precise per-session figure.",
+        "Memory sampling: RSS is read as it is once a second inside the live loop; garbage "
+        "collection and malloc_trim (~0.1 s each) run only before a level (its baseline) and "
+        "after it (retained after close), outside the channels' time, and before each reading "
+        "of the quiet-session run.",
     ]
     if device != "cpu":
         return [

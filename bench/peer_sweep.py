@@ -150,7 +150,8 @@ class Streamscribe:
             "margin_ms": self._settings.margin_ms,
             "endpoint_silence_ms": self._settings.endpoint_silence_ms,
             "max_step_jobs": self._max_step_jobs,
-            "harness": "engine_concurrency.run_level (one loop: deliver due chunks, step)",
+            "harness": "engine_concurrency.run_level (one loop: deliver due chunks, step), "
+            "no memory sampling",
         }
 
     def warm_up(self, clip: FixtureClip) -> None:
@@ -168,8 +169,9 @@ class Streamscribe:
     def run_level(self, channels: int, seed: int) -> dict[str, Any]:
         torch.set_num_threads(self._threads)
         self.engine.finals.clear()
+        # No memory sampling: the peer's harness samples none, and the figures are not used.
         level = engine_concurrency.run_level(
-            self.engine, channels, CHANNEL_AUDIO_S, seed, self._max_step_jobs
+            self.engine, channels, CHANNEL_AUDIO_S, seed, self._max_step_jobs, sample_memory=False
         )
         texts: dict[str, list[tuple[int, str]]] = {}
         for final in self.engine.finals:

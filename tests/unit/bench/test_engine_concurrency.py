@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import pytest
+
+from bench import engine_concurrency
 from bench.engine_concurrency import notes, plot
+from bench.transport import NoopRecognizer
+from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.factory import engine_config
+from pipeline.asr.vad import EnergyVad
+from pipeline.settings import AsrSettings
 
 
 def test_cuda_report_gets_no_cpu_only_notes() -> None:
@@ -35,3 +44,32 @@ def test_latency_plot_is_titled_by_device() -> None:
     latency, _ = plot(results, "cuda")
     assert "CUDA" in latency.axes[0].get_title()
     assert "CPU" not in latency.axes[0].get_title()
+
+
+def noop_engine() -> StreamingEngine:
+    return StreamingEngine(NoopRecognizer(), EnergyVad(), engine_config(AsrSettings()))
+
+
+def test_memory_is_read_without_collecting_inside_the_live_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    collections: list[float] = []
+    monkeypatch.setattr(
+        engine_concurrency, "release_memory", lambda: collections.append(time.monotonic())
+    )
+    level = engine_concurrency.run_level(noop_engine(), 2, 1.5, seed=3, max_step_jobs=8)
+    assert level["memory"]["samples"] >= 2  # read once a second while sessions are open
+    assert len(collections) == 2  # the baseline and after the level, never in the loop
+    assert collections[1] - collections[0] > 1.5
+
+
+def test_memory_sampling_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    collections: list[float] = []
+    monkeypatch.setattr(
+        engine_concurrency, "release_memory", lambda: collections.append(time.monotonic())
+    )
+    level = engine_concurrency.run_level(
+        noop_engine(), 2, 0.5, seed=3, max_step_jobs=8, sample_memory=False
+    )
+    assert level["memory"] is None
+    assert collections == []
