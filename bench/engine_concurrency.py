@@ -81,6 +81,9 @@ TARGET_PARTIAL_P95_S = 1.0
 TARGET_FINAL_P95_S = 0.5
 TARGET_SESSION_OVERHEAD_MB = 2.0
 MEMORY_SAMPLE_EVERY_S = 1.0
+DRAIN_TIMEOUT_S = 120.0
+"""How long a level may take, after its last chunk, to end every session (then it is reported
+as not drained and its open sessions are dropped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +152,14 @@ def run_level(
     max_step_jobs: int,
     *,
     sample_memory: bool = True,
+    drain_timeout_s: float = DRAIN_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run ``channels`` live channels of ``duration_s`` through ``engine`` (see the module
     docstring) and return the level's numbers.
+
+    The level ends once every session has ended, or ``drain_timeout_s`` after the last chunk
+    was handed over: then ``drained`` is False and the sessions still open are dropped (the
+    engine is left with none, ready for the next level).
 
     ``sample_memory``: read RSS once a second in the loop (plain reads) and collect garbage and
     ``malloc_trim`` before and after the level, outside the channels' time; False does none of
@@ -177,6 +185,7 @@ def run_level(
     early_before = (engine.early_finals_decoded, engine.early_finals_used)
     cpu = CpuMeter()
     next_memory_s = t0
+    drain_deadline_s: float | None = None
     while True:
         now = time.monotonic()
         for n, stream in enumerate(streams):
@@ -231,16 +240,26 @@ def run_level(
         pending = [
             s.due_s(next_chunk[n]) for n, s in enumerate(streams) if next_chunk[n] < s.chunks
         ]
-        if not pending and not engine.sessions:
-            break
+        if not pending:
+            if not engine.sessions:
+                break
+            if drain_deadline_s is None:
+                drain_deadline_s = now + drain_timeout_s
+            elif now >= drain_deadline_s:
+                break
         if pending and not decoded:
             time.sleep(max(0.0, min(pending) - time.monotonic()))
     usage = cpu.read()
+    undrained = list(engine.sessions)
+    for key in undrained:
+        engine.drop(key)
     audio_s = sum(len(s.samples) / s.sample_rate_hz for s in streams)
     return {
         "channels": channels,
         "audio_s_per_channel": duration_s,
         "audio_s_total": audio_s,
+        "drained": not undrained,
+        "undrained_sessions": len(undrained),
         "partials": partials,
         "finals": finals,
         "early_finals": {
@@ -354,7 +373,7 @@ def _summary(level: dict[str, Any]) -> str:
     return (
         f"partial p95 {fmt(level['chunk_to_partial_ms']['p95'], 0)} ms, "
         f"final p95 {fmt(level['endpoint_to_final_ms']['p95'], 0)} ms, "
-        f"cpu {fmt(level['cpu']['process_cores'], 2)} cores"
+        f"cpu {fmt(level['cpu']['process_cores'], 2)} cores, drained {level['drained']}"
     )
 
 
@@ -378,7 +397,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
         p, f, mem = level["chunk_to_partial_ms"], level["endpoint_to_final_ms"], level["memory"]
         rows.append(
             [
-                level["channels"],
+                f"{level['channels']}" + ("" if level.get("drained", True) else " (not drained)"),
                 f"{fmt(p['p50'], 0)} / {fmt(p['p95'], 0)} / {fmt(p['p99'], 0)}",
                 f"{fmt(f['p50'], 0)} / {fmt(f['p95'], 0)} / {fmt(f['p99'], 0)}",
                 _refresh(level),

@@ -84,7 +84,7 @@ QUICK_CHANNELS = (1, 4, 8, 16)
 CHANNEL_AUDIO_S = 31.0  # longer than every fixture call: each channel plays its whole call
 SUSTAIN_P95_S = 1.5
 SATURATED_P95_S = 5.0
-DRAIN_TIMEOUT_S = 120.0
+DRAIN_TIMEOUT_S = engine_concurrency.DRAIN_TIMEOUT_S  # both systems get the same
 TARGET_RATIO = 3.0
 TARGET_WER_POINTS = 0.5
 VAD_WARM_UP_FRAMES = 3
@@ -171,7 +171,13 @@ class Streamscribe:
         self.engine.finals.clear()
         # No memory sampling: the peer's harness samples none, and the figures are not used.
         level = engine_concurrency.run_level(
-            self.engine, channels, CHANNEL_AUDIO_S, seed, self._max_step_jobs, sample_memory=False
+            self.engine,
+            channels,
+            CHANNEL_AUDIO_S,
+            seed,
+            self._max_step_jobs,
+            sample_memory=False,
+            drain_timeout_s=DRAIN_TIMEOUT_S,
         )
         texts: dict[str, list[tuple[int, str]]] = {}
         for final in self.engine.finals:
@@ -184,7 +190,7 @@ class Streamscribe:
             "endpoint_to_final_s": _ms_to_s(level["endpoint_to_final_ms"]),
             "partials": level["partials"],
             "finals": level["finals"],
-            "drained": True,  # run_level returns once every session has ended
+            "drained": level["drained"],
             "cpu": level["cpu"],
             "feeder_lateness_ms": level["feeder_lateness_ms"],
             "texts": _joined(texts),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -73,3 +74,30 @@ def test_memory_sampling_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert level["memory"] is None
     assert collections == []
+
+
+class StuckEngine(StreamingEngine):
+    """Takes audio, never steps: its sessions never end."""
+
+    def step(self, *args: Any, **kwargs: Any) -> list[Any]:
+        return []
+
+
+def test_a_level_that_cannot_drain_ends_at_its_deadline_and_says_so() -> None:
+    engine = StuckEngine(NoopRecognizer(), EnergyVad(), engine_config(AsrSettings()))
+    levels: list[dict[str, Any]] = []
+
+    def run() -> None:
+        levels.append(
+            engine_concurrency.run_level(
+                engine, 2, 0.3, seed=3, max_step_jobs=8, sample_memory=False, drain_timeout_s=0.5
+            )
+        )
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(15)
+    assert not worker.is_alive(), "run_level never gave up on the stuck sessions"
+    assert levels[0]["drained"] is False
+    assert levels[0]["undrained_sessions"] == 2
+    assert not engine.sessions  # dropped: the next level starts clean
