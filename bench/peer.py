@@ -112,22 +112,27 @@ class PeerWord:
 @dataclass(frozen=True, slots=True)
 class PartialObservation:
     """A partial as the harness sees it: which utterance of its stream it shows (the index its
-    final will carry) and the capture time of the newest audio it covers."""
+    final will carry), the capture times (epoch ms) of that utterance's first audio (its gated
+    speech start, pad included) and of the newest audio it covers."""
 
     stream_id: str
     utterance_index: int
     text: str
+    speech_start_capture_ms: int
     covered_capture_ms: int
     emit_ms: int
 
 
 @dataclass(frozen=True, slots=True)
 class FinalObservation:
-    """A final: its text and the capture time of the audio that decided its endpoint."""
+    """A final: its text, the capture times of its utterance's audio (first and end) and of
+    the audio that decided its endpoint."""
 
     stream_id: str
     utterance_index: int
     text: str
+    speech_start_capture_ms: int
+    speech_end_capture_ms: int
     decided_capture_ms: int
     emit_ms: int
     reason: str
@@ -251,6 +256,7 @@ class PackagedSileroVad:
 @dataclass
 class _Utterance:
     index: int
+    speech_start: int  # first sample of the utterance (gated speech start, pad included)
     buffer_start: int  # first sample of the decode buffer (moves forward when trimmed)
     speech_end: int  # end of the settled speech so far
     decoded_to: int  # buffer end at the last decode
@@ -331,7 +337,11 @@ class PeerStream:
             if span.is_speech:
                 if utterance is None:
                     self._utterance = _Utterance(
-                        self._next_index, span.start_samples, span.end_samples, span.start_samples
+                        self._next_index,
+                        span.start_samples,
+                        span.start_samples,
+                        span.end_samples,
+                        span.start_samples,
                     )
                     self._next_index += 1
                 else:
@@ -411,6 +421,8 @@ class PeerStream:
                         self.stream_id,
                         job.utterance.index,
                         text,
+                        self.capture_ms_at(job.utterance.speech_start),
+                        self.capture_ms_at(job.end_sample),
                         self.capture_ms_at(job.decided_sample),
                         now_ms(),
                         job.reason,
@@ -428,6 +440,7 @@ class PeerStream:
                     self.stream_id,
                     utterance.index,
                     "".join(w.text for w in words).strip(),
+                    self.capture_ms_at(utterance.speech_start),
                     self.capture_ms_at(end),
                     now_ms(),
                 )

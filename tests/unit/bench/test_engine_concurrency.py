@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -15,6 +16,7 @@ from pipeline.asr.engine import StreamingEngine
 from pipeline.asr.factory import engine_config
 from pipeline.asr.vad import EnergyVad
 from pipeline.settings import AsrSettings
+from tests.unit.asr.fakes import FakeRecognizer
 
 
 def test_cuda_report_gets_no_cpu_only_notes() -> None:
@@ -31,7 +33,7 @@ def stats(value: float) -> dict[str, float]:
 def level(channels: int) -> dict[str, Any]:
     return {
         "channels": channels,
-        "chunk_to_partial_ms": stats(400.0),
+        "chunk_to_view_ms": stats(400.0),
         "endpoint_to_final_ms": stats(300.0),
         "memory": {
             "rss_growth_per_session_bytes": stats(2.0**20),
@@ -101,3 +103,15 @@ def test_a_level_that_cannot_drain_ends_at_its_deadline_and_says_so() -> None:
     assert levels[0]["drained"] is False
     assert levels[0]["undrained_sessions"] == 2
     assert not engine.sessions  # dropped: the next level starts clean
+
+
+def test_utterances_without_partials_still_count_in_chunk_to_view() -> None:
+    config = dataclasses.replace(engine_config(AsrSettings()), emit_partials=False)
+    engine = StreamingEngine(FakeRecognizer(), EnergyVad(), config)
+    level = engine_concurrency.run_level(engine, 2, 3.0, seed=3, max_step_jobs=8)
+    assert level["finals"] > 0
+    assert level["partials"] == 0
+    assert level["partial_latency_emitted_only_ms"]["n"] == 0  # the old metric saw nothing
+    # Every 20 ms chunk of each final's audio, shown when its final was.
+    assert level["chunk_to_view_ms"]["n"] >= 50 * level["finals"]
+    assert level["chunk_to_view_ms"]["p50"] >= level["endpoint_to_final_ms"]["p50"]

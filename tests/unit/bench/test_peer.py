@@ -20,7 +20,7 @@ from bench.peer import (
     PeerStream,
     PeerWord,
 )
-from bench.peer_sweep import Peer, peer_text_updates
+from bench.peer_sweep import Peer, peer_view_updates
 from pipeline.asr.vad import EnergyVad
 
 RATE = 16_000
@@ -150,8 +150,9 @@ def test_partials_carry_their_utterance_even_after_an_empty_final() -> None:
     )
     outputs = feed(stream, audio)
     assert [o.utterance_index for o in outputs if isinstance(o, FinalObservation)] == [1]
-    updates = peer_text_updates(outputs)
-    texts = [o.text for o in outputs if isinstance(o, PartialObservation)]
+    partials = [o for o in outputs if isinstance(o, PartialObservation)]
+    updates = peer_view_updates(partials)
+    texts = [o.text for o in partials]
     assert {u.utterance for u, text in zip(updates, texts, strict=True) if not text} == {0}
     assert {u.utterance for u, text in zip(updates, texts, strict=True) if text} == {1}
 
