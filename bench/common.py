@@ -56,10 +56,11 @@ __all__ = [
     "CpuMeter",
     "FixtureClip",
     "Target",
-    "TextUpdate",
+    "ViewUpdate",
     "add_device_option",
     "bench_parser",
     "call_clips",
+    "chunk_to_view_ms",
     "corpus_wer",
     "fmt",
     "load_manifest",
@@ -70,7 +71,6 @@ __all__ = [
     "percentiles",
     "plain_log_axis",
     "plot_latency_percentiles",
-    "refresh_staleness_ms",
     "release_memory",
     "result_name",
     "rss_bytes",
@@ -153,32 +153,55 @@ def percentiles(values: Iterable[float], qs: Sequence[int] = (50, 95, 99)) -> di
 
 
 @dataclass(frozen=True, slots=True)
-class TextUpdate:
-    """A partial as a screen shows it: which utterance of which stream it belongs to, when it
-    was emitted and the capture time (epoch ms) of the newest audio it covers."""
+class ViewUpdate:
+    """A partial or a final as a screen shows it: which utterance of which stream, when it was
+    emitted, and capture times (epoch ms) of the utterance's first audio
+    (``speech_start_capture_ms``, its speech onset as the VAD gate cut it, pad included) and
+    of the end of the newest audio it shows (``covered_capture_ms``; a final's is the end of
+    its utterance)."""
 
     stream: str
     utterance: int
     emit_ms: int
+    speech_start_capture_ms: int
     covered_capture_ms: int
+    is_final: bool
 
 
-def refresh_staleness_ms(updates: Iterable[TextUpdate]) -> list[float]:
-    """How old a stream's on-screen partial got before the next one replaced it.
+def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[float]:
+    """How long every chunk of speech waited before a screen showed it: chunk → view latency.
 
-    One value per partial ``b``: ``b.emit_ms − a.covered_capture_ms`` where ``a`` is the
-    utterance's previous partial (the age of ``a``'s newest audio when ``b`` replaces it), or
-    ``b``'s own latency for an utterance's first partial. Low chunk → partial latency with rare
-    partials (a system shedding partial decodes under load) shows up here; a partial every hop
-    of audio gives about hop + latency.
+    An utterance's audio runs from its ``speech_start_capture_ms`` to its final's
+    ``covered_capture_ms`` (for an utterance with no final, one suppressed, empty or never
+    emitted, to the end of its newest partial: all of it the harness knows about). It is cut
+    into chunks of ``chunk_ms`` from its start (the last one shorter). A chunk ending at
+    capture time ``t`` (its last sample captured, so it could be handed over) is shown by the
+    first output of its utterance, partial or final, by emit time, whose covered audio reaches
+    ``t``; its value is that output's ``emit_ms − t``. One value per chunk, in no particular
+    order; ``updates`` may come in any order.
+
+    Every chunk counts, not only those a partial happened to end on: an utterance without a
+    partial counts all its chunks at its final's time, and a long gap between two partials
+    counts every chunk that waited through it (so rare partials cost what they cost a reader).
     """
-    ages: list[float] = []
-    last: dict[tuple[str, int], TextUpdate] = {}
-    for update in sorted(updates, key=lambda u: u.emit_ms):
-        previous = last.get((update.stream, update.utterance), update)
-        ages.append(update.emit_ms - previous.covered_capture_ms)
-        last[(update.stream, update.utterance)] = update
-    return ages
+    by_utterance: dict[tuple[str, int], list[ViewUpdate]] = {}
+    for update in updates:
+        by_utterance.setdefault((update.stream, update.utterance), []).append(update)
+    latencies: list[float] = []
+    for outputs in by_utterance.values():
+        start_ms = min(u.speech_start_capture_ms for u in outputs)
+        finals = [u.covered_capture_ms for u in outputs if u.is_final]
+        end_ms = min(finals) if finals else max(u.covered_capture_ms for u in outputs)
+        chunks = max(0, -(-(end_ms - start_ms) // chunk_ms))
+        chunk_ends_ms = [min(start_ms + (k + 1) * chunk_ms, end_ms) for k in range(chunks)]
+        waiting = 0  # the first chunk not shown yet
+        shown_ms = start_ms
+        for output in sorted(outputs, key=lambda u: u.emit_ms):
+            shown_ms = max(shown_ms, output.covered_capture_ms)
+            while waiting < chunks and chunk_ends_ms[waiting] <= shown_ms:
+                latencies.append(output.emit_ms - chunk_ends_ms[waiting])
+                waiting += 1
+    return latencies
 
 
 def fmt(value: float | None, digits: int = 2, unit: str = "") -> str:
@@ -529,11 +552,12 @@ def plot_latency_percentiles(
     partial_label: str,
     partial_target_s: float,
     final_target_s: float,
+    partial_metric: str = "chunk_to_partial_ms",
 ) -> None:
-    """P50/P95/P99 of partial and final latency (ms in ``levels``) per level, in s, with each
-    P95 target as a band."""
+    """P50/P95/P99 of the live view's latency (``partial_metric``, ms in ``levels``) and of
+    final latency per level, in s, with each P95 target as a band."""
     for metric, label, color, target in (
-        ("chunk_to_partial_ms", partial_label, "tab:blue", partial_target_s),
+        (partial_metric, partial_label, "tab:blue", partial_target_s),
         ("endpoint_to_final_ms", "endpoint→final", "tab:orange", final_target_s),
     ):
         for q, style in (("p50", ":"), ("p95", "-"), ("p99", "--")):

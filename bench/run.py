@@ -181,6 +181,21 @@ def _machine_rows(machine: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def machines_by_device(
+    reports: dict[str, dict[str, Any]], names: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """The machine of each device's runs: ``cpu`` for ``<name>``, ``cuda`` for ``<name>-cuda``
+    (the first report of that device, in ``names`` order, that records one). Runs on another
+    device were measured on another machine (the CUDA runs on a lent GPU machine)."""
+    machines: dict[str, dict[str, Any]] = {}
+    for name in names:
+        machine = reports[name].get("machine")
+        device = name.partition("-")[2] or "cpu"
+        if isinstance(machine, dict) and "cpu_model" in machine:
+            machines.setdefault(device, machine)
+    return machines
+
+
 def build_readme(results_dir: Path = RESULTS) -> str:
     reports: dict[str, dict[str, Any]] = {}
     for path in sorted(results_dir.glob("*.json")):
@@ -242,16 +257,15 @@ def build_readme(results_dir: Path = RESULTS) -> str:
             f"{'quick' if report.get('quick') else 'full'} | "
             f"{machine.get('date_utc', '—')} | {fmt(report.get('wall_s'), 0)} |"
         )
-    machine = next(
-        (
-            reports[n]["machine"]
-            for n in names
-            if isinstance(reports[n].get("machine"), dict) and "cpu_model" in reports[n]["machine"]
-        ),
-        None,
-    )
-    if machine:
-        lines += ["", "## Machine", "", markdown_table(["", ""], _machine_rows(machine))]
+    machines = machines_by_device(reports, names)
+    if machines:
+        headers = ["", *(f"{device.upper()} runs" for device in machines)]
+        columns = [_machine_rows(machine) for machine in machines.values()]
+        rows = [
+            [label, *(column[i][1] for column in columns)]
+            for i, (label, _) in enumerate(columns[0])
+        ]
+        lines += ["", "## Machine", "", markdown_table(headers, rows)]
     target_rows = [[name, *row] for name in names for row in _targets(reports[name])]
     if target_rows:
         lines += [

@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from bench.common import Target, percentiles, write_results
-from bench.e2e import _stable_key, compare_finals, gauge_sum, histogram_quantiles
+from bench.e2e import (
+    _stable_key,
+    compare_finals,
+    gauge_sum,
+    histogram_quantiles,
+    recovery_after_kill,
+)
 from bench.run import build_readme
 from bench.transport import CountingEngine, NoopRecognizer, NoopVad
 from pipeline.asr.engine import SessionEnded
@@ -81,6 +87,20 @@ def test_a_cuda_run_sits_right_after_its_cpu_run(tmp_path: Path) -> None:
     assert "(CUDA)" in readme
 
 
+def test_each_devices_machine_is_shown(tmp_path: Path) -> None:
+    for name in ("engine_rtf", "engine_rtf-cuda"):
+        write_results(name, quick=True, config={}, results={}, markdown=f"## {name}", out=tmp_path)
+    cuda = json.loads((tmp_path / "engine_rtf-cuda.json").read_text())
+    cuda["machine"].update(cpu_model="GPU host CPU", logical_cores=16, gpu="NVIDIA H200")
+    (tmp_path / "engine_rtf-cuda.json").write_text(json.dumps(cuda))
+    readme = build_readme(tmp_path)
+    machine = readme[readme.index("## Machine") :]
+    assert "|  | CPU runs | CUDA runs |" in machine
+    assert "GPU host CPU" in machine
+    assert "NVIDIA H200" in machine
+    assert "none (CPU only)" in machine  # the CPU runs' machine, beside it
+
+
 EXPOSITION = """\
 # HELP asr_duration_seconds Latencies
 # TYPE asr_duration_seconds histogram
@@ -124,6 +144,25 @@ def test_failover_comparison_by_fixture_ignores_the_run_tag() -> None:
         "text_differs": ["a:agent:1"],
     }
     assert compare_finals(baseline, {"a:agent:0": "hello"})["lost"] == ["a:agent:1"]
+
+
+def test_recovery_is_judged_on_the_slowest_affected_call() -> None:
+    killed_ms = 100_000
+    partials = [
+        {"call_id": "a", "emit_ms": 99_000},  # before the kill: not a recovery
+        {"call_id": "a", "emit_ms": 109_500},
+        {"call_id": "a", "emit_ms": 109_000},
+        {"call_id": "b", "emit_ms": 112_500},
+        {"call_id": "c", "emit_ms": 101_000},  # the survivor's own call
+    ]
+    recovery = recovery_after_kill(partials, ["a", "b"], killed_ms)
+    assert recovery["per_call_s"] == {"a": 9.0, "b": 12.5}
+    assert (recovery["fastest_s"], recovery["slowest_s"]) == (9.0, 12.5)
+    assert recovery["without_partial"] == []
+    # A call that never got a partial after the kill has not recovered: no slowest time.
+    stalled = recovery_after_kill(partials, ["a", "b", "d"], killed_ms)
+    assert (stalled["fastest_s"], stalled["slowest_s"]) == (9.0, None)
+    assert stalled["without_partial"] == ["d"]
 
 
 def test_noop_engine_counts_chunks_decodes_nothing_and_ends_sessions() -> None:

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import warnings
+from pathlib import Path
+
 import numpy as np
 import numpy.typing as npt
+import pytest
+import soundfile
+import torch
 
 from bench.peer import (
     FinalObservation,
     HypothesisBuffer,
+    PackagedSileroVad,
     PartialObservation,
     PeerSettings,
     PeerStream,
     PeerWord,
 )
+from bench.peer_sweep import Peer, peer_view_updates
 from pipeline.asr.vad import EnergyVad
 
 RATE = 16_000
@@ -59,10 +67,11 @@ def test_agreement_drops_a_repeat_of_the_committed_tail() -> None:
 
 
 class ScriptedDecoder:
-    """One word per 250 ms of audio: loud audio → "w<k>", silence → nothing."""
+    """One word per 250 ms of audio: loud audio (mean |x| > ``loud``) → "w<k>", else nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, loud: float = 0.05) -> None:
         self.calls: list[tuple[int, str]] = []
+        self.loud = loud
 
     def __call__(self, audio: npt.NDArray[np.float32], prompt: str) -> list[PeerWord]:
         self.calls.append((len(audio), prompt))
@@ -70,15 +79,17 @@ class ScriptedDecoder:
         step = int(WORD_S * RATE)
         for k in range(len(audio) // step):
             piece = audio[k * step : (k + 1) * step]
-            if np.abs(piece).mean() > 0.05:
+            if np.abs(piece).mean() > self.loud:
                 end = "." if k % 4 == 3 else ""
                 out.append(PeerWord(f" w{k}{end}", k * WORD_S, (k + 1) * WORD_S))
         return out
 
 
-def speech_then_silence(speech_s: float, silence_s: float) -> npt.NDArray[np.float32]:
+def speech_then_silence(
+    speech_s: float, silence_s: float, level: float = 0.3
+) -> npt.NDArray[np.float32]:
     rng = np.random.default_rng(0)
-    speech = (0.3 * rng.standard_normal(int(speech_s * RATE))).astype(np.float32)
+    speech = (level * rng.standard_normal(int(speech_s * RATE))).astype(np.float32)
     return np.concatenate([speech, np.zeros(int(silence_s * RATE), dtype=np.float32)])
 
 
@@ -128,3 +139,58 @@ def test_stream_trims_the_buffer_at_a_committed_sentence_end() -> None:
     # carry the committed text as the prompt.
     assert any(prompt for _, prompt in decoder.calls)
     assert min(n for n, _ in decoder.calls[-2:]) < 5 * RATE
+
+
+def test_partials_carry_their_utterance_even_after_an_empty_final() -> None:
+    # The first utterance is speech to the VAD but gives the decoder no words: its final is
+    # empty and never emitted, so counting finals would file the second one's partials under it.
+    stream = PeerStream("a", PeerSettings(), EnergyVad(), ScriptedDecoder(loud=0.15))
+    audio = np.concatenate(
+        [speech_then_silence(3.0, 1.5, level=0.1), speech_then_silence(3.0, 0.5, level=0.3)]
+    )
+    outputs = feed(stream, audio)
+    assert [o.utterance_index for o in outputs if isinstance(o, FinalObservation)] == [1]
+    partials = [o for o in outputs if isinstance(o, PartialObservation)]
+    updates = peer_view_updates(partials)
+    texts = [o.text for o in partials]
+    assert {u.utterance for u, text in zip(updates, texts, strict=True) if not text} == {0}
+    assert {u.utterance for u, text in zip(updates, texts, strict=True) if text} == {1}
+
+
+SPEECH = Path(__file__).resolve().parents[2] / "fixtures" / "utterances" / "utt01_account.flac"
+
+
+def test_peer_vad_is_silero_packaged_model_one_stream_per_instance() -> None:
+    vad = Peer.make_vad()
+    assert isinstance(vad, PackagedSileroVad)
+    speech, rate_hz = soundfile.read(str(SPEECH), dtype="float32")
+    assert rate_hz == RATE
+    audio = np.concatenate([speech, np.zeros(RATE, dtype=np.float32)])
+    frames = audio[: len(audio) // 512 * 512].reshape(-1, 512)
+    state = vad.new_state()
+    probs = [float(vad.speech_probs(frame[None, :], [state])[0]) for frame in frames]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        from silero_vad import load_silero_vad
+
+        packaged = load_silero_vad()
+    with torch.no_grad():
+        expected = [packaged(torch.from_numpy(frame), RATE).item() for frame in frames]
+    assert probs == pytest.approx(expected, abs=1e-6)
+    assert max(probs) > 0.9
+    assert probs[-1] < 0.1
+    # The next stream on the instance starts from a fresh model state.
+    fresh = vad.new_state()
+    assert float(vad.speech_probs(frames[:1], [fresh])[0]) == pytest.approx(probs[0], abs=1e-6)
+    with pytest.raises(ValueError, match="one frame of one stream"):
+        vad.speech_probs(frames[:2], [fresh, fresh])
+    with pytest.raises(ValueError, match="another stream"):
+        vad.speech_probs(frames[:1], [state])
+
+
+def test_stream_gates_real_speech_with_the_packaged_vad() -> None:
+    speech, _ = soundfile.read(str(SPEECH), dtype="float32")
+    audio = np.concatenate([np.zeros(RATE // 2, np.float32), speech, np.zeros(RATE, np.float32)])
+    stream = PeerStream("a", PeerSettings(), PackagedSileroVad(), ScriptedDecoder(loud=0.01))
+    finals = [o for o in feed(stream, audio) if isinstance(o, FinalObservation)]
+    assert [f.reason for f in finals] == ["silence"]

@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
-from bench.common import FixtureClip, TextUpdate, refresh_staleness_ms
+from bench.common import FixtureClip, ViewUpdate, chunk_to_view_ms
+from bench.engine_concurrency import view_update
+from bench.peer import FinalObservation, PartialObservation, PeerSettings, PeerSystem
 from bench.peer_sweep import (
-    fast_partials_channels,
     is_sustained,
+    peer_view_updates,
     plan_channels,
     rerender,
+    run_peer_level,
     score,
     summarize,
     sustained_channels,
+    wall_ms,
 )
+from pipeline.asr.vad import EnergyVad
+from pipeline.contracts.messages import EndpointReason, Final, Partial
 
 
 def clip(i: int, rate: int = 16_000) -> FixtureClip:
@@ -29,7 +37,7 @@ def clip(i: int, rate: int = 16_000) -> FixtureClip:
 def level(channels: int, p95: float, sustained: bool, errors: int = 0) -> dict[str, Any]:
     return {
         "channels": channels,
-        "chunk_to_partial_s": {"p95": p95},
+        "chunk_to_view_s": {"p95": p95},
         "sustained": sustained,
         "drained": True,
         "word_errors": {
@@ -89,10 +97,12 @@ def run_entry(channels: int, p95: float, sustained: bool) -> dict[str, Any]:
     stats = {"n": 10, "p50": p95 / 2, "p95": p95, "p99": p95, "mean": p95 / 2, "max": p95}
     return {
         **level(channels, p95, sustained, errors=1),
-        "chunk_to_partial_s": stats,
-        "partial_refresh_s": stats,
+        "chunk_to_view_s": stats,
+        "partial_latency_emitted_only_s": stats,
         "hop_s": 0.5,
         "endpoint_to_final_s": stats,
+        "partials": 10,
+        "finals": 4,
         "wer": 0.01,
         "process_cpu_percent_of_machine": 40.0,
         "machine_cpu_percent": 90.0,
@@ -124,36 +134,85 @@ def test_report_only_rebuilds_summary_markdown_and_figure(tmp_path: Path) -> Non
     assert (tmp_path / "peer_sweep.png").stat().st_size > 0
 
 
-def test_refresh_staleness_is_the_age_of_the_replaced_partial() -> None:
+def test_chunk_to_view_counts_every_chunk_of_speech_until_shown() -> None:
     updates = [
-        TextUpdate("a", 0, emit_ms=1_300, covered_capture_ms=1_000),  # first: its latency
-        TextUpdate("b", 0, emit_ms=1_350, covered_capture_ms=1_200),
-        TextUpdate("a", 0, emit_ms=3_100, covered_capture_ms=3_000),  # replaces a@1000
-        TextUpdate("a", 1, emit_ms=5_200, covered_capture_ms=5_000),  # next utterance: latency
-    ]
-    assert sorted(refresh_staleness_ms(updates)) == sorted([300, 150, 2_100, 200])
+        # s/0: a partial shows up to 1060, the final the rest (to 1100).
+        ViewUpdate("s", 0, emit_ms=2_000, speech_start_capture_ms=1_000,
+                   covered_capture_ms=1_100, is_final=True),
+        ViewUpdate("s", 0, emit_ms=1_300, speech_start_capture_ms=1_000,
+                   covered_capture_ms=1_060, is_final=False),
+        # s/1: no partial at all: every chunk waits for the final.
+        ViewUpdate("s", 1, emit_ms=5_500, speech_start_capture_ms=5_000,
+                   covered_capture_ms=5_050, is_final=True),
+        # t/0: no final (suppressed): its audio as far as its partial showed it.
+        ViewUpdate("t", 0, emit_ms=100, speech_start_capture_ms=0,
+                   covered_capture_ms=40, is_final=False),
+    ]  # fmt: skip
+    assert sorted(chunk_to_view_ms(updates, chunk_ms=20)) == [
+        60, 80,  # t/0: chunks ending at 40 and 20
+        240, 260, 280,  # s/0 by its partial: chunks ending at 1060, 1040, 1020
+        450, 460, 480,  # s/1 by its final: 5050 (a short last chunk), 5040, 5020
+        900, 920,  # s/0 by its final: 1100, 1080
+    ]  # fmt: skip
 
 
-def sustain_case(p95: float, refresh_p95: float, hop_s: float, drained: bool = True) -> bool:
+def test_both_systems_outputs_become_the_same_view_updates() -> None:
+    anchor_ms = 1_000_000  # capture time of the stream's first sample
+    partial = Partial("c", "agent", 3, 0, "a", "b", 2_000, 4_500, "m", emit_ms=anchor_ms + 5_000)
+    final = Final(
+        "c", "agent", 3, "c:agent:3", "a b", (), 2_000, 6_000, EndpointReason.SILENCE, "m",
+        emit_ms=anchor_ms + 7_300,
+    )  # fmt: skip
+    ours = [view_update(partial, anchor_ms), view_update(final, anchor_ms)]
+    theirs = peer_view_updates(
+        [
+            PartialObservation("c/agent", 3, "a b", anchor_ms + 2_000, anchor_ms + 4_500,
+                               anchor_ms + 5_000),
+            FinalObservation("c/agent", 3, "a b", anchor_ms + 2_000, anchor_ms + 6_000,
+                             anchor_ms + 6_800, anchor_ms + 7_300, "silence"),
+        ]
+    )  # fmt: skip
+    assert ours == theirs
+
+
+def sustain_case(view_p95: float, emitted_partials_p95: float, drained: bool = True) -> bool:
     return is_sustained(
         {
-            "chunk_to_partial_s": {"p95": p95},
-            "partial_refresh_s": {"p95": refresh_p95},
-            "hop_s": hop_s,
+            "chunk_to_view_s": {"p95": view_p95},
+            "partial_latency_emitted_only_s": {"p95": emitted_partials_p95},
             "drained": drained,
         }
     )
 
 
-def test_sustained_needs_fresh_partials_as_well_as_fast_ones() -> None:
-    assert sustain_case(0.4, 1.9, hop_s=0.5)
-    assert not sustain_case(0.4, 2.1, hop_s=0.5)  # fast partials, but rare ones
-    assert sustain_case(1.2, 2.4, hop_s=1.0)
-    assert not sustain_case(1.6, 1.6, hop_s=1.0)
-    assert not sustain_case(0.4, 0.6, hop_s=0.5, drained=False)
+def test_sustained_is_judged_on_every_chunk_not_on_the_partials_that_came() -> None:
+    assert sustain_case(1.4, 0.6)
+    # Fast partials, but few of them: most chunks waited for a later partial or the final.
+    assert not sustain_case(2.1, 0.4)
+    assert not sustain_case(0.4, 0.4, drained=False)
 
 
-def test_fast_partials_channels_ignores_refresh() -> None:
-    levels = [level(1, 0.4, True), level(8, 0.5, False), level(16, 1.7, False)]
-    assert fast_partials_channels(levels) == 8
-    assert fast_partials_channels([{**level(4, 0.4, True), "drained": False}]) == 0
+def test_report_only_refuses_results_without_chunk_to_view(tmp_path: Path) -> None:
+    old = {**run_entry(1, 0.3, True), "chunk_to_partial_s": {"p95": 0.3}}
+    del old["chunk_to_view_s"]
+    report = {
+        "config": {"systems": {}},
+        "results": {"systems": {"streamscribe": {"runs": [old]}}},
+        "targets": [],
+        "notes": [],
+    }
+    (tmp_path / "peer_sweep.json").write_text(json.dumps(report))
+    with pytest.raises(ValueError, match="rerun the sweep"):
+        rerender(tmp_path)
+
+
+def test_peer_start_up_is_not_charged_to_the_first_chunks() -> None:
+    def slow_vads(n: int) -> list[EnergyVad]:
+        time.sleep(0.5 * n)  # what loading a model per stream costs
+        return [EnergyVad() for _ in range(n)]
+
+    peer = PeerSystem(lambda audio, prompt: [], slow_vads, PeerSettings(), wall_ms)
+    # Seed 3 starts a channel 0.17 s after the clock: 1 s of start-up would make it late.
+    level = run_peer_level(peer, channels=2, seed=3, audio_s=0.3)
+    assert level["drained"]
+    assert level["feeder_lateness_ms"]["max"] < 250
