@@ -15,10 +15,10 @@ published description (no code copied): **one recognizer loop per call channel**
   the project's speech gate (same threshold, minimum speech and pad as the engine) and a minimum
   silence of ``endpoint_silence_ms`` (800 ms): audio is decoded only inside speech, and the end of
   speech is the endpoint.
-- Every ``hop_ms`` (1 s, whisper_streaming's ``min-chunk-size``) of new audio the whole buffer of
-  the open utterance is re-decoded by ``transcribe`` (Whisper's 30 s window: faster-whisper pads
-  every call to 30 s), with word timestamps and the utterance's committed text outside the buffer
-  as the prompt (last 200 characters).
+- Every ``hop_ms`` (1 s, whisper_streaming's ``min-chunk-size``; the sweep gives it the engine's
+  500 ms) of new audio the whole buffer of the open utterance is re-decoded by ``transcribe``
+  (Whisper's 30 s window: faster-whisper pads every call to 30 s), with word timestamps and the
+  utterance's committed text outside the buffer as the prompt (last 200 characters).
 - LocalAgreement-2 over time-stamped words (:class:`HypothesisBuffer`): words ending before the
   last committed word are dropped, an n-gram repeat of the committed tail is removed, and the
   longest common prefix of the two newest hypotheses is committed. A partial is committed +
