@@ -9,9 +9,12 @@ that audio is complete and stamped with the capture time of its first sample; ca
 random offsets within 2 s. A reader (``read_committed``) follows the partials, finals and
 events topics and stamps each record with the wall time it arrived.
 
+- capture→view: every 20 ms chunk of speech, from its capture until a subscriber received the
+  first partial or final of its utterance that shows it (``bench.common.chunk_to_view_ms``):
+  what a reader of the live transcript waits, chunks that no partial covered included.
 - chunk-capture→partial: partial received − ``partial.capture_ms`` (capture time of the newest
-  audio the partial covers): what a subscriber sees. The worker-side figure (emit − capture,
-  before Kafka) is reported beside it.
+  audio the partial covers), over the partials that came only. The worker-side figure (emit −
+  capture, before Kafka) is reported beside it.
 - endpoint→final: final received − ``final.capture_ms`` (capture time of the audio that decided
   the endpoint), including the transaction that makes the final visible. Worker side:
   ``final.latency_ms``.
@@ -57,7 +60,9 @@ from bench.common import (
     REPO,
     SHARED_MACHINE_NOTE,
     Target,
+    ViewUpdate,
     bench_parser,
+    chunk_to_view_ms,
     fmt,
     markdown_table,
     new_figure,
@@ -208,6 +213,7 @@ class _LiveCall:
     start_s: float  # monotonic time its first sample is captured
     next_chunk: int = 0
     stream: Any = None
+    anchor_capture_ms: int | None = None  # capture time (epoch ms) of its first sample
 
     @property
     def chunk_samples(self) -> int:
@@ -246,6 +252,7 @@ class PacedPublisher:
         publisher = AudioPublisher.connect(Settings(kafka=self.kafka))
         try:
             for call in self.calls:
+                call.anchor_capture_ms = round((call.start_s + epoch_offset_s) * 1000)
                 call.stream = publisher.open_call(
                     call.call_id,
                     channels=tuple(call.audio.channels),
@@ -505,6 +512,7 @@ def latency_run(calls: int, threads: int, seed: int) -> dict[str, Any]:
         "partials": len(partials),
         "finals": len(finals),
         "duplicate_finals": sum(n - 1 for n in final_ids.values() if n > 1),
+        "chunk_to_view_ms": percentiles(chunk_to_view_ms(view_updates(live, partials, finals))),
         "chunk_to_partial_ms": percentiles(
             r.received_ms - r.value["capture_ms"] for r in partials if r.value.get("capture_ms")
         ),
@@ -529,6 +537,34 @@ def latency_run(calls: int, threads: int, seed: int) -> dict[str, Any]:
         "worker_sigterm_exit_s": shutdown_s,
         "finals_by_key": {_stable_key(r.value): r.value["text"] for r in finals},
     }
+
+
+def view_updates(
+    live: Sequence[_LiveCall],
+    partials: Sequence[ReceivedRecord],
+    finals: Sequence[ReceivedRecord],
+) -> list[ViewUpdate]:
+    """The partials and finals as a subscriber's screen shows them (received time, capture
+    times of the audio they cover), for ``chunk_to_view_ms``."""
+    anchors = {c.call_id: c.anchor_capture_ms for c in live}
+    updates = []
+    shown = [(r, False) for r in partials] + [(r, True) for r in finals]
+    for record, is_final in shown:
+        value = record.value
+        anchor = anchors.get(value["call_id"])
+        if anchor is None:
+            continue
+        updates.append(
+            ViewUpdate(
+                f"{value['call_id']}/{value['channel']}",
+                value["utterance_index"],
+                record.received_ms,
+                anchor + value["start_ms"],
+                anchor + value["end_ms"],
+                is_final,
+            )
+        )
+    return updates
 
 
 def _stable_key(final: dict[str, Any]) -> str:
@@ -704,6 +740,7 @@ def markdown(results: dict[str, Any], threads: int) -> str:
         rows.append(
             [
                 f"{level['calls']} ({level['channels']})",
+                _triple(level["chunk_to_view_ms"]) if "chunk_to_view_ms" in level else "—",
                 _triple(level["chunk_to_partial_ms"]),
                 fmt(level["chunk_to_partial_worker_ms"]["p95"], 0),
                 _triple(level["endpoint_to_final_ms"]),
@@ -725,7 +762,8 @@ def markdown(results: dict[str, Any], threads: int) -> str:
         markdown_table(
             [
                 "calls (channels)",
-                "capture→partial received",
+                "capture→view received",
+                "capture→partial received (emitted partials only)",
                 "worker P95",
                 "endpoint→final received",
                 "worker P95",
@@ -775,7 +813,13 @@ def plot(results: dict[str, Any]) -> Any:
     channels = [level["channels"] for level in levels]
     figure, axes = new_figure(7, 4)
     plot_latency_percentiles(
-        axes, levels, channels, "capture→partial", TARGET_PARTIAL_P95_S, TARGET_FINAL_P95_S
+        axes,
+        levels,
+        channels,
+        "capture→view",
+        TARGET_PARTIAL_P95_S,
+        TARGET_FINAL_P95_S,
+        partial_metric="chunk_to_view_ms",
     )
     axes.set_xticks(channels, [str(c) for c in channels])
     plain_log_axis(axes)
@@ -803,7 +847,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     recovery = results.get("recovery")
     targets = [
         Target(
-            f"{TARGET_CALLS} calls: P95 capture→partial",
+            f"{TARGET_CALLS} calls: P95 capture→view (every chunk of speech, until a partial or "
+            "final shows it)",
+            None if not at_target else _s(at_target["chunk_to_view_ms"]["p95"]),
+            TARGET_PARTIAL_P95_S,
+            "s",
+        ),
+        Target(
+            f"{TARGET_CALLS} calls: P95 capture→partial (emitted partials only)",
             None if not at_target else _s(at_target["chunk_to_partial_ms"]["p95"]),
             TARGET_PARTIAL_P95_S,
             "s",

@@ -15,7 +15,9 @@ when one ends). Every ``sample_s`` seconds the benchmark records:
   the group's committed lag (which also counts the audio of open utterances: the committed offset
   is the low watermark);
 - latency over the window just ended, from the records themselves (a reader consumes partials
-  and finals, ``read_committed``): chunk → partial = ``emit_ms − capture_ms``; endpoint → final =
+  and finals, ``read_committed``): chunk → partial = ``emit_ms − capture_ms`` over the partials
+  that came (a drift indicator over time; the live view's latency with every chunk counted is
+  ``bench.e2e``'s and ``bench.peer_sweep``'s capture→view); endpoint → final =
   the final's ``latency_ms``, and *delivered* = when the reader received it − capture time
   (includes the transaction commit).
 
@@ -466,7 +468,10 @@ def markdown(results: dict[str, Any], config: dict[str, Any]) -> str:
         ["RSS peak", f"{fmt(results['rss_peak_mib'], 1)} MiB"],
         ["consumer lag (fetch position): median / max / last span", f"{lag} records"],
         ["lag slope after warm-up", f"{fmt(results['lag_slope_records_per_s'], 3)} records/s"],
-        ["chunk → partial P50 / P95 / P99", f"{_triple(partial)} s ({partial['n']} partials)"],
+        [
+            "chunk → partial P50 / P95 / P99 (emitted partials only)",
+            f"{_triple(partial)} s ({partial['n']} partials)",
+        ],
         ["endpoint → final P50 / P95 / P99", f"{_triple(final)} s ({final['n']} finals)"],
         [
             "worst window P95 chunk → partial after warm-up",

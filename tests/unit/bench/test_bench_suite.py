@@ -9,19 +9,44 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.common import Target, percentiles, write_results
+from bench.common import Target, chunk_to_view_ms, percentiles, write_results
 from bench.e2e import (
+    _LiveCall,
     _stable_key,
     compare_finals,
     gauge_sum,
     histogram_quantiles,
     recovery_after_kill,
+    view_updates,
 )
+from bench.infra import ReceivedRecord
+from pipeline.audio.files import CallAudio
 from bench.run import build_readme
 from bench.transport import CountingEngine, NoopRecognizer, NoopVad
 from pipeline.asr.engine import SessionEnded
 from pipeline.asr.recognizer import RecognitionRequest
 from pipeline.asr.session import SessionKey
+
+
+def test_e2e_counts_every_chunk_of_speech_until_a_received_record_shows_it() -> None:
+    # One utterance from 1.0 s to 2.0 s of a call whose first sample was captured at 10 000 ms;
+    # its only partial (received at 11 700) shows up to 1.5 s, its final (received at 13 000)
+    # all of it: the 25 chunks up to 1.5 s wait for the partial, the 25 after for the final.
+    audio = CallAudio("c", 16000, {"agent": np.zeros(16000 * 3, dtype=np.float32)})
+    call = _LiveCall("c", "fixture", audio, start_s=0.0, anchor_capture_ms=10_000)
+    utterance = {"call_id": "c", "channel": "agent", "utterance_index": 0, "start_ms": 1000}
+    partial = ReceivedRecord("partials", 0, 11_700, {**utterance, "end_ms": 1500})
+    final = ReceivedRecord("finals", 0, 13_000, {**utterance, "end_ms": 2000})
+    stranger = ReceivedRecord("finals", 0, 13_000, {**utterance, "call_id": "x", "end_ms": 2000})
+    updates = view_updates([call], [partial], [final, stranger])
+    assert [(u.speech_start_capture_ms, u.covered_capture_ms, u.is_final) for u in updates] == [
+        (11_000, 11_500, False),
+        (11_000, 12_000, True),
+    ]
+    latencies = chunk_to_view_ms(updates)
+    assert len(latencies) == 50
+    assert max(latencies[:25]) == 11_700 - 11_020 and min(latencies[:25]) == 200
+    assert max(latencies[25:]) == 13_000 - 11_520 and min(latencies[25:]) == 1000
 
 
 def test_percentiles_interpolate_and_report_empty_as_none() -> None:
