@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.asr.whisper.tokenizer import WhisperTokenizer
     from pipeline.hotwords import HotwordRegistry, ListRef
     from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
-    from pipeline.runtime.metrics import WorkerMetrics
+    from pipeline.runtime.metrics import Dependency, WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
 
     # SIGTERM before the worker runs (loading the model, waiting for Redis): nothing to hand
@@ -71,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def readiness() -> Readiness:
         kafka = probe.check()
-        metrics.set_dependency_up("kafka", kafka.ok)
+        metrics.set_dependency_up(Dependency.KAFKA, kafka.ok)
         return Readiness.of(
             kafka,
             model_loaded=worker is not None and worker.status.model_loaded,
@@ -94,11 +94,11 @@ def _run(args: argparse.Namespace) -> int:
 
     def on_dependency(up: bool, detail: str) -> None:
         if worker is not None:
-            worker.notify_dependency("redis", up, detail)
+            worker.notify_dependency(Dependency.REDIS, up, detail)
 
     def on_update(ref: ListRef, version: int) -> None:
         if worker is not None:
-            worker.notify_hotwords(ref.scope.value, ref.tenant, ref.call_id, version)
+            worker.notify_hotwords(ref.scope, ref.tenant, ref.call_id, version)
 
     def hotwords(tokenizer: WhisperTokenizer) -> HotwordRegistry:
         registry = HotwordRegistry.from_settings(

@@ -8,8 +8,10 @@ the dashboard. Names are the *exposed* ones: counters end in ``_total``, the inf
 
 Label cardinality is bounded by construction: every label takes its values from a closed enum
 (``ChunkOutcome``, ``DurationKind``, ``RejectReason``, …) or from a small physical set (the
-partitions of ``audio.chunks``, the GPUs of a node). Call ids, tenants and utterances never become
-labels. The ``WorkerMetrics`` methods take the enums and reject anything else.
+partitions of ``audio.chunks``, the GPUs of a node). A label whose values are the domain's takes
+the domain enum itself (``RejectReason``, the guards' ``Guard``, the hotword lists' ``Scope``),
+never a copy that could drift from what the producers emit. Call ids, tenants and utterances
+never become labels. The ``WorkerMetrics`` methods take the enums and reject anything else.
 
 ``asr_*`` metrics describe the recognition work; ``streamscribe_*`` metrics describe the process
 and what it depends on (dependencies, model, GPU).
@@ -37,7 +39,9 @@ from prometheus_client import (
     process_collector,
 )
 
+from pipeline.asr.guards import Guard
 from pipeline.contracts import RejectReason
+from pipeline.hotwords.model import Scope
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -50,8 +54,6 @@ __all__ = [
     "DurationKind",
     "EarlyFinalOutcome",
     "GpuSample",
-    "HallucinationGuard",
-    "HotwordScope",
     "LabelSpec",
     "MetricSpec",
     "MetricType",
@@ -95,17 +97,6 @@ class DurationKind(enum.StrEnum):
     """Wall time of one Kafka transaction commit (finals + checkpoints + offsets)."""
 
 
-class HallucinationGuard(enum.StrEnum):
-    """Which guard threw a hypothesis away (``asr_hallucinations_suppressed_total``)."""
-
-    VAD_GATE = "vad_gate"
-    NO_SPEECH = "no_speech"
-    COMPRESSION_RATIO = "compression_ratio"
-    LOG_PROB = "log_prob"
-    REPETITION = "repetition"
-    WORDS_PER_SECOND = "words_per_second"
-
-
 class EarlyFinalOutcome(enum.StrEnum):
     """What became of the work of finals decoded ahead (``EngineConfig.early_final_ms``)."""
 
@@ -128,15 +119,9 @@ class RewindCause(enum.StrEnum):
     transaction state after a broker restart); it was replaced."""
 
 
-class HotwordScope(enum.StrEnum):
-    """Where a hotword list applies."""
-
-    TENANT = "tenant"
-    CALL = "call"
-
-
 class Dependency(enum.StrEnum):
-    """External systems a worker needs (``streamscribe_dependency_up``)."""
+    """External systems a worker needs: the ``streamscribe_dependency_up`` label and the
+    ``dependency`` of ``dependency_up``/``dependency_down`` events."""
 
     KAFKA = "kafka"
     REDIS = "redis"
@@ -261,13 +246,14 @@ DLQ_TOTAL = MetricSpec(
 HALLUCINATIONS_SUPPRESSED = MetricSpec(
     "asr_hallucinations_suppressed_total",
     MetricType.COUNTER,
-    (LabelSpec("guard", enum_values(HallucinationGuard)),),
-    "Hypotheses (or their tails) thrown away by a hallucination guard, by guard.",
+    (LabelSpec("guard", enum_values(Guard)),),
+    "Hypotheses thrown away by a hallucination guard, by guard (the decoder's repetition and "
+    "words-per-second cuts shorten a hypothesis and are not counted here).",
 )
 HOTWORD_UPDATES = MetricSpec(
     "asr_hotword_updates_total",
     MetricType.COUNTER,
-    (LabelSpec("scope", enum_values(HotwordScope)),),
+    (LabelSpec("scope", enum_values(Scope)),),
     "Hotword list updates applied (from Redis pub/sub or a reload), by scope.",
 )
 PARTIALS_THINNED = MetricSpec(
@@ -519,11 +505,11 @@ class WorkerMetrics:
     def count_dead_letter(self, reason: RejectReason | str, count: int = 1) -> None:
         self._dlq_total.labels(RejectReason(reason).value).inc(count)
 
-    def count_suppressed_hallucination(self, guard: HallucinationGuard | str) -> None:
-        self._hallucinations.labels(HallucinationGuard(guard).value).inc()
+    def count_suppressed_hallucination(self, guard: Guard | str) -> None:
+        self._hallucinations.labels(Guard(guard).value).inc()
 
-    def count_hotword_update(self, scope: HotwordScope | str) -> None:
-        self._hotword_updates.labels(HotwordScope(scope).value).inc()
+    def count_hotword_update(self, scope: Scope | str) -> None:
+        self._hotword_updates.labels(Scope(scope).value).inc()
 
     def count_thinned_partials(self, count: int = 1) -> None:
         self._partials_thinned.inc(count)

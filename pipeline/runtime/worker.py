@@ -66,6 +66,7 @@ from pipeline.contracts.messages import (
     to_json,
 )
 from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
+from pipeline.hotwords.model import Scope
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     checkpoint_reader_config,
@@ -75,6 +76,7 @@ from pipeline.runtime.kafka import (
 )
 from pipeline.runtime.metrics import (
     ChunkOutcome,
+    Dependency,
     DurationKind,
     EarlyFinalOutcome,
     RewindCause,
@@ -205,22 +207,22 @@ class AsrWorker:
         self._start_shutdown_clock()
         self._stop.set()
 
-    def notify_dependency(self, dependency: str, up: bool, detail: str = "") -> None:
+    def notify_dependency(self, dependency: Dependency, up: bool, detail: str = "") -> None:
         """Another thread saw a dependency (Redis) go down or come back (thread-safe).
 
         The loop turns it into a ``dependency_down/up`` event and the dependency metric.
         """
         self._metrics.set_dependency_up(dependency, up)
         kind = EventType.DEPENDENCY_UP if up else EventType.DEPENDENCY_DOWN
-        self._notices.put((kind, {"dependency": dependency, "detail": detail}))
+        self._notices.put((kind, {"dependency": dependency.value, "detail": detail}))
 
-    def notify_hotwords(self, scope: str, tenant: str, call_id: str | None, version: int) -> None:
+    def notify_hotwords(self, scope: Scope, tenant: str, call_id: str | None, version: int) -> None:
         """A hotword list changed in this worker (thread-safe): metric + event."""
         self._metrics.count_hotword_update(scope)
         self._notices.put(
             (
                 EventType.HOTWORDS_UPDATED,
-                {"scope": scope, "tenant": tenant, "call_id": call_id, "version": version},
+                {"scope": scope.value, "tenant": tenant, "call_id": call_id, "version": version},
             )
         )
 
@@ -508,7 +510,7 @@ class AsrWorker:
         elif isinstance(output, Final):
             self._produce_final(output)
         elif isinstance(output, Suppressed):
-            self._metrics.count_suppressed_hallucination(output.guard.value)
+            self._metrics.count_suppressed_hallucination(output.guard)
             if output.final:
                 progress = self._session_progress(output.key)
                 if progress is not None and progress.finals_suppressed is not None:
@@ -727,7 +729,7 @@ class AsrWorker:
         self.status.commits += 1
         self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
-        self._metrics.set_dependency_up("kafka", True)
+        self._metrics.set_dependency_up(Dependency.KAFKA, True)
         committed_ms = self._clock.now_ms()
         for final in self._finals_in_tx:
             if final.capture_ms is not None:
@@ -867,7 +869,7 @@ class AsrWorker:
             kafka_error = error.args[0]
             _raise_if_fenced(kafka_error)
             if kafka_error.code() in _UNREACHABLE:
-                self._metrics.set_dependency_up("kafka", False)
+                self._metrics.set_dependency_up(Dependency.KAFKA, False)
             if kafka_error.fatal():
                 cause = RewindCause.FATAL
             else:

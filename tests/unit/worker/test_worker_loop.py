@@ -20,7 +20,7 @@ from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
 from pipeline.errors import InfrastructureError
 from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
-from pipeline.runtime.metrics import WorkerMetrics
+from pipeline.runtime.metrics import Dependency, WorkerMetrics
 from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
 from pipeline.settings import Settings, WorkerSettings
 from pipeline.worker.checkpoint import decode_checkpoint, encode_key
@@ -452,7 +452,7 @@ def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_wo
 def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> None:
     worker, producer = _worker(ManualClock(1_000_000))
     worker._handle(_chunk("c1", 0, 0))  # stages session_started (of partition 0)
-    worker.notify_dependency("redis", up=False, detail="connection refused")
+    worker.notify_dependency(Dependency.REDIS, up=False, detail="connection refused")
     worker._drain_notices()
     worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
     worker._commit()
