@@ -48,7 +48,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -71,6 +70,8 @@ from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     checkpoint_reader_config,
     consumer_config,
+    new_consumer,
+    new_producer,
     partials_producer_config,
     transactional_producer_config,
 )
@@ -234,12 +235,12 @@ class AsrWorker:
         """Run until stopped. Raises InfrastructureError on a fatal Kafka error."""
         kafka = self._settings.kafka
         self._tx = self._transactional_producer()
-        self._partials = Producer(partials_producer_config(kafka, self.worker_id))
+        self._partials = new_producer(partials_producer_config(kafka, self.worker_id))
         try:
             self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
         except KafkaException as error:
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
-        self._consumer = Consumer(consumer_config(kafka, self._worker, self.worker_id))
+        self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
         self.status.model_loaded = True
         self.status.last_iteration_s = time.monotonic()
         self.status.running = True
@@ -894,7 +895,7 @@ class AsrWorker:
     def _transactional_producer(self) -> Any:
         """Finals, events, checkpoints and dead letters go through it (stable transactional id)."""
         kafka = self._settings.kafka
-        return Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+        return new_producer(transactional_producer_config(kafka, self._worker, self.worker_id))
 
     def _replace_producer(self) -> None:
         """A new transactional producer with the same transactional id.
@@ -1118,7 +1119,7 @@ class AsrWorker:
         if not partitions:
             return {}
         topic = self._topics[TopicRole.CHECKPOINTS]
-        reader = Consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
+        reader = new_consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
         latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
         try:
             ends: dict[int, int] = {}
