@@ -402,7 +402,7 @@ class MetricsSettings:
     probe_timeout_ms: int = setting(
         2000,
         "METRICS_PROBE_TIMEOUT_MS",
-        "timeout of one Kafka / Redis reachability probe",
+        "timeout of one Kafka reachability probe (/readyz)",
         minimum=1,
     )
 
