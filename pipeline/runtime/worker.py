@@ -128,7 +128,8 @@ def default_worker_id() -> str:
 
 @dataclass(slots=True)
 class WorkerStatus:
-    """What readiness and tests look at; written by the loop's thread only."""
+    """What readiness, liveness, tests and the transport benchmark (``commits``) read; written
+    by the loop's thread only."""
 
     model_loaded: bool = False
     assigned: frozenset[int] = frozenset()
@@ -137,9 +138,7 @@ class WorkerStatus:
     running: bool = False
     last_iteration_s: float = 0.0  # monotonic time the loop last finished an iteration
     commits: int = 0
-    finals: int = 0
     dead_letters: int = 0
-    events: dict[str, int] = field(default_factory=dict)
 
 
 class AsrWorker:
@@ -548,7 +547,6 @@ class AsrWorker:
         if progress is not None and progress.finals_published is not None:
             progress.finals_published += 1
         self._finalized(key, final.utterance_index)
-        self.status.finals += 1
         self._finals_in_tx.append(final)
         self._commit_needed = True
 
@@ -624,7 +622,6 @@ class AsrWorker:
         )
         record_key = (event.call_id or self.worker_id).encode()
         self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
-        self.status.events[kind.value] = self.status.events.get(kind.value, 0) + 1
 
     def _sample_gpu(self) -> None:
         if not self._gpu:
