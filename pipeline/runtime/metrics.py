@@ -60,6 +60,10 @@ __all__ = [
     "RewindCause",
     "WorkerMetrics",
     "catalogue_markdown",
+    "new_counter",
+    "new_gauge",
+    "new_histogram",
+    "new_process_registry",
     "read_gpu_samples",
 ]
 
@@ -422,45 +426,42 @@ def _utilization_ratio(cuda: CudaApi, index: int) -> float | None:
 class WorkerMetrics:
     """The collectors of one worker process, built from ``CATALOGUE`` on one registry.
 
-    ``registry=None`` creates a private registry that also carries the standard process, platform
-    and GC collectors (what the worker serves); tests pass a fresh ``CollectorRegistry``.
+    ``registry=None`` creates a private one (``new_process_registry``: what the worker serves);
+    tests pass a fresh ``CollectorRegistry``.
     Every label value goes through its enum, so an unknown value raises ``ValueError`` instead of
     growing a new series. Thread-safe (prometheus-client collectors are).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         if registry is None:
-            registry = CollectorRegistry()
-            process_collector.ProcessCollector(registry=registry)
-            platform_collector.PlatformCollector(registry=registry)
-            gc_collector.GCCollector(registry=registry)
+            registry = new_process_registry()
         self.registry = registry
-        self._request_total = _counter(REQUEST_TOTAL, registry)
+        self._request_total = new_counter(REQUEST_TOTAL, registry)
         # Resolved once: ``labels()`` costs more than the rest of a chunk's bookkeeping.
         self._chunks_by_outcome = {
             outcome.value: self._request_total.labels(outcome.value) for outcome in ChunkOutcome
         }
-        self._duration = _histogram(DURATION_SECONDS, registry)
-        self._real_time_factor = _histogram(REAL_TIME_FACTOR, registry)
-        self._batch_size = _histogram(BATCH_SIZE, registry)
-        self._active_sessions = _gauge(ACTIVE_SESSIONS, registry)
-        self._assigned_partitions = _gauge(ASSIGNED_PARTITIONS, registry)
-        self._consumer_lag = _gauge(CONSUMER_LAG, registry)
-        self._paused_partitions = _gauge(PAUSED_PARTITIONS, registry)
-        self._dlq_total = _counter(DLQ_TOTAL, registry)
-        self._hallucinations = _counter(HALLUCINATIONS_SUPPRESSED, registry)
-        self._hotword_updates = _counter(HOTWORD_UPDATES, registry)
-        self._partials_thinned = _counter(PARTIALS_THINNED, registry)
-        self._early_finals = _counter(EARLY_FINALS, registry)
-        self._transaction_rewinds = _counter(TRANSACTION_REWINDS, registry)
-        self._dependency_up = _gauge(DEPENDENCY_UP, registry)
+        self._duration = new_histogram(DURATION_SECONDS, registry)
+        self._real_time_factor = new_histogram(REAL_TIME_FACTOR, registry)
+        self._batch_size = new_histogram(BATCH_SIZE, registry)
+        self._active_sessions = new_gauge(ACTIVE_SESSIONS, registry)
+        self._assigned_partitions = new_gauge(ASSIGNED_PARTITIONS, registry)
+        self._consumer_lag = new_gauge(CONSUMER_LAG, registry)
+        self._paused_partitions = new_gauge(PAUSED_PARTITIONS, registry)
+        self._dlq_total = new_counter(DLQ_TOTAL, registry)
+        self._hallucinations = new_counter(HALLUCINATIONS_SUPPRESSED, registry)
+        self._hotword_updates = new_counter(HOTWORD_UPDATES, registry)
+        self._partials_thinned = new_counter(PARTIALS_THINNED, registry)
+        self._early_finals = new_counter(EARLY_FINALS, registry)
+        self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
+        self._dependency_up = new_gauge(DEPENDENCY_UP, registry)
         self._model_info = Info(
             MODEL_INFO.name.removesuffix("_info"), MODEL_INFO.help, registry=registry
         )
-        self._gpu_utilization = _gauge(GPU_UTILIZATION, registry)
-        self._gpu_memory_used = _gauge(GPU_MEMORY_USED, registry)
-        self._gpu_memory_total = _gauge(GPU_MEMORY_TOTAL, registry)
-        self._gpu_memory_reserved = _gauge(GPU_MEMORY_RESERVED, registry)
+        self._gpu_utilization = new_gauge(GPU_UTILIZATION, registry)
+        self._gpu_memory_used = new_gauge(GPU_MEMORY_USED, registry)
+        self._gpu_memory_total = new_gauge(GPU_MEMORY_TOTAL, registry)
+        self._gpu_memory_reserved = new_gauge(GPU_MEMORY_RESERVED, registry)
 
     def count_chunk(self, outcome: ChunkOutcome | str, count: int = 1) -> None:
         """``count`` consumed chunks ended as ``outcome``."""
@@ -542,19 +543,32 @@ class WorkerMetrics:
         return samples
 
 
-def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+def new_process_registry() -> CollectorRegistry:
+    """A private registry carrying the standard process, platform and GC collectors (what a
+    process serves on ``/metrics``; the global default registry is never used)."""
+    registry = CollectorRegistry()
+    process_collector.ProcessCollector(registry=registry)
+    platform_collector.PlatformCollector(registry=registry)
+    gc_collector.GCCollector(registry=registry)
+    return registry
+
+
+def new_counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    """The counter ``spec`` declares, on ``registry``, its closed label set pre-created."""
     counter = Counter(spec.name, spec.help, spec.label_names, registry=registry)
     _precreate(counter, spec)
     return counter
 
 
-def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+def new_gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    """The gauge ``spec`` declares, on ``registry`` (no series until set: see ``_precreate``)."""
     gauge = Gauge(spec.name, spec.help, spec.label_names, registry=registry)
     _precreate(gauge, spec)
     return gauge
 
 
-def _histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+def new_histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+    """The histogram ``spec`` declares, on ``registry``, its closed label set pre-created."""
     histogram = Histogram(
         spec.name, spec.help, spec.label_names, registry=registry, buckets=spec.buckets
     )
