@@ -182,7 +182,9 @@ class AsrWorker:
         self._outbox: list[_Record] = []
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
-        self._shutdown_deadline: float | None = None  # monotonic, once stopping
+        # The shutdown bound's end (monotonic s) once stopping, None while running: commit
+        # retries stop there (the next owner replays what is not committed).
+        self._shutdown_deadline: float | None = None
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._skipped_partials = False  # whether the last step was one without partials
         # Chunk outcomes since the last commit, counted in the metrics when that commit succeeds:
@@ -349,11 +351,6 @@ class AsrWorker:
             return TRANSACTION_TIMEOUT_S
         left = self._shutdown_deadline - time.monotonic()
         return max(0.1, min(TRANSACTION_TIMEOUT_S, left))
-
-    def _stop_deadline(self) -> float | None:
-        """When the shutdown bound ends (monotonic s), once stopping: retries stop there (the
-        next owner replays what is not committed); None while running."""
-        return self._shutdown_deadline
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
@@ -707,12 +704,12 @@ class AsrWorker:
                         offsets, metadata, timeout_s
                     ),
                     timeout_s=self._call_timeout_s,
-                    cut_off=self._stop_deadline,
+                    cut_off=lambda: self._shutdown_deadline,
                 )
             _transactional(
                 producer.commit_transaction,
                 timeout_s=self._call_timeout_s,
-                cut_off=self._stop_deadline,
+                cut_off=lambda: self._shutdown_deadline,
             )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
