@@ -108,10 +108,15 @@ while shutting down, when the rest of the shutdown bound is all there is."""
 # as stuck (see ``_bounded``).
 STUCK_GRACE_S = 5.0
 LOOP_STALL_S = 360.0
-"""No loop iteration for this long means the loop is stuck (a hung native call, a wedged GPU):
-longer than any bounded path through one iteration (retries of 120 s, checkpoint reads of 30 s,
-transactional calls of 35 s), and past ``max.poll.interval.ms`` (300 s), after which the group
-has taken the partitions anyway. ``/healthz`` then fails and the pod is restarted."""
+"""No progress for this long means the loop is stuck (a hung native call, a wedged GPU):
+``/healthz`` then fails and the pod is restarted. Progress is an iteration finished, or a Kafka
+call of a commit, of its recovery or of a checkpoint read returned (``AsrWorker._progressed``):
+a commit and its recovery may chain retries for far longer (``RETRY_DEADLINE_S`` each for the
+commit, the abort, a new producer's ``init_transactions`` and the committed offsets, then the
+checkpoint reads) and are not a stall while their calls return. So the limit only has to exceed
+the longest single wait (a transactional try of ``TRANSACTION_TIMEOUT_S`` + ``STUCK_GRACE_S``, a
+checkpoint lookup of ``CHECKPOINT_READ_TIMEOUT_S``, a poll, a recognizer step); it is also past
+``max.poll.interval.ms`` (300 s), after which the group has taken the partitions anyway."""
 FETCH_CLOCK_MAX_TICK_MS = 5000
 """The most one loop iteration advances the fetch clock (see ``AsrWorker._tick_fetch_clock``):
 a stall of the loop (commit retries, a checkpoint read) is not a publisher going silent."""
@@ -136,7 +141,7 @@ class WorkerStatus:
     paused: bool = False
     thinning: bool = False
     running: bool = False
-    last_iteration_s: float = 0.0  # monotonic time the loop last finished an iteration
+    last_progress_s: float = 0.0  # monotonic time of the loop's last progress (LOOP_STALL_S)
     commits: int = 0
     dead_letters: int = 0
 
@@ -243,7 +248,7 @@ class AsrWorker:
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
         self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
         self.status.model_loaded = True
-        self.status.last_iteration_s = time.monotonic()
+        self._progressed()
         self.status.running = True
         self._event(EventType.MODEL_LOADED, detail=dict(self._model_facts))
         self._event(EventType.WORKER_STARTED, detail={"worker_id": self.worker_id})
@@ -300,17 +305,21 @@ class AsrWorker:
         self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
-        self.status.last_iteration_s = time.monotonic()
+        self._progressed()
+
+    def _progressed(self) -> None:
+        """The loop is not stuck: an iteration finished, or a Kafka call returned."""
+        self.status.last_progress_s = time.monotonic()
 
     def stalled(self) -> str | None:
-        """Why the loop looks stuck (no iteration finished for ``LOOP_STALL_S``), or None;
-        thread-safe, for ``/healthz``. Before the loop runs (loading) it is not stuck."""
+        """Why the loop looks stuck (no progress for ``LOOP_STALL_S``), or None; thread-safe,
+        for ``/healthz``. Before the loop runs (loading) it is not stuck."""
         if not self.status.running:
             return None
-        since_s = time.monotonic() - self.status.last_iteration_s
+        since_s = time.monotonic() - self.status.last_progress_s
         if since_s <= LOOP_STALL_S:
             return None
-        return f"the worker loop finished no iteration for {since_s:.0f} s"
+        return f"the worker loop made no progress for {since_s:.0f} s"
 
     def _catching_up(self) -> bool:
         """Still reading an assignment's backlog: its partitions are more than a poll batch
@@ -705,11 +714,13 @@ class AsrWorker:
                     ),
                     timeout_s=self._call_timeout_s,
                     cut_off=lambda: self._shutdown_deadline,
+                    progress=self._progressed,
                 )
             _transactional(
                 producer.commit_transaction,
                 timeout_s=self._call_timeout_s,
                 cut_off=lambda: self._shutdown_deadline,
+                progress=self._progressed,
             )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
@@ -871,7 +882,7 @@ class AsrWorker:
                 logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
                 producer = self._tx
                 try:
-                    _transactional(producer.abort_transaction)
+                    _transactional(producer.abort_transaction, progress=self._progressed)
                     cause = RewindCause.FAILED
                 except KafkaException as abort_error:
                     # A broker restarted mid-transaction can leave the producer in a state it
@@ -902,7 +913,7 @@ class AsrWorker:
         """
         self._tx = producer = self._transactional_producer()
         try:
-            _transactional(producer.init_transactions)
+            _transactional(producer.init_transactions, progress=self._progressed)
         except (KafkaException, _StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
@@ -920,7 +931,7 @@ class AsrWorker:
             )
 
         try:
-            _retrying(read_committed_offsets)
+            _retrying(read_committed_offsets, progress=self._progressed)
         except KafkaException as error:
             raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
         for tp in committed:
@@ -1127,6 +1138,7 @@ class AsrWorker:
                     raise InfrastructureError(
                         f"cannot read the checkpoints of partition {partition}: {error}"
                     ) from None
+                self._progressed()
                 if high > low:
                     ends[partition] = high
                     starts.append(TopicPartition(topic, partition, low))
@@ -1148,6 +1160,7 @@ class AsrWorker:
                     except ValueError as error:
                         logger.warning("skipping malformed checkpoint: %s", error)
                 positions = reader.position([TopicPartition(topic, p) for p in ends])
+                self._progressed()
                 for position in positions:
                     if position.offset >= ends[position.partition]:
                         del ends[position.partition]
@@ -1188,16 +1201,20 @@ def _retrying(
     operation: Callable[[], object],
     deadline_s: float = RETRY_DEADLINE_S,
     cut_off: Callable[[], float | None] = lambda: None,
+    progress: Callable[[], None] = lambda: None,
 ) -> None:
     """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
     restarting) for ``deadline_s``, and never past ``cut_off()`` (monotonic s, asked after each
-    failure: a shutdown that begins meanwhile ends the retries); other errors propagate."""
+    failure: a shutdown that begins meanwhile ends the retries); other errors propagate.
+    ``progress()`` is called after every try that returned or raised a Kafka error."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
             operation()
+            progress()
             return
         except KafkaException as error:
+            progress()
             cut = cut_off()
             last = deadline if cut is None else min(deadline, cut)
             if not error.args[0].retriable() or time.monotonic() > last:
@@ -1211,15 +1228,17 @@ def _transactional(
     *,
     timeout_s: Callable[[], float] = lambda: TRANSACTION_TIMEOUT_S,
     cut_off: Callable[[], float | None] = lambda: None,
+    progress: Callable[[], None] = lambda: None,
 ) -> None:
     """A transactional librdkafka call, given ``timeout_s()`` (asked at each try) as its
-    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``)."""
+    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``, which
+    reports each try to ``progress``)."""
 
     def attempt() -> None:
         bound_s = timeout_s()
         _bounded(lambda: call(bound_s), bound_s)
 
-    _retrying(attempt, cut_off=cut_off)
+    _retrying(attempt, cut_off=cut_off, progress=progress)
 
 
 class _StuckCallError(InfrastructureError):
