@@ -80,10 +80,11 @@ def _transcribe(args: argparse.Namespace) -> int:
     asr = settings.asr
     if args.no_partials:
         asr = dataclasses.replace(asr, partials=False)
-    loaded = build_engine(asr)
+    clock = WallClock()  # emit times, and the capture times of --realtime chunks
+    loaded = build_engine(asr, clock)
     engine = loaded.engine
     printer = _Printer(sys.stdout, as_json=args.json)
-    started_ms = WallClock().now_ms()  # capture times of --realtime chunks count from here
+    started_ms = clock.now_ms()
     pacer = Pacer()
     pacer.wait_until(0)  # the pace starts now
     position_ms = 0

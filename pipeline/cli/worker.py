@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
+from pipeline.clock import WallClock
 from pipeline.settings import validate_settings
 
 LOAD_STALL_S = 600.0
@@ -65,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     validate_settings(settings)  # the flags are held to the settings' bounds
     metrics = WorkerMetrics()
+    clock = WallClock()  # one clock for the engine's outputs and the worker's events
     registries: list[HotwordRegistry] = []
     worker: AsrWorker | None = None
     probe = KafkaProbe(settings.kafka, timeout_s=settings.metrics.probe_timeout_ms / 1000)
@@ -109,12 +111,13 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         logging.getLogger(__name__).info("loading the model (device %s)", settings.asr.device)
-        loaded = build_engine(settings.asr, biases=hotwords)
+        loaded = build_engine(settings.asr, clock, biases=hotwords)
         metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
         worker = AsrWorker(
             settings,
             loaded.engine,
             metrics=metrics,
+            clock=clock,
             model_facts={
                 "model_id": loaded.model_id,
                 "device": loaded.device,
