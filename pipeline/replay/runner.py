@@ -43,9 +43,10 @@ import numpy.typing as npt
 
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
 from pipeline.asr.session import SessionKey
-from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES, decode_chunk
+from pipeline.contracts.audio_chunk import decode_chunk
 from pipeline.contracts.messages import Final
 from pipeline.errors import ChunkRejectedError
+from pipeline.settings import WorkerSettings
 from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
 
 __all__ = [
@@ -119,6 +120,9 @@ class ChunkRecord:
     headers: Sequence[tuple[str, bytes]] | None = None
 
 
+_WORKER_DEFAULTS = WorkerSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     """How records are admitted and when the engine steps (the worker's settings by default).
@@ -127,9 +131,9 @@ class ReplayOptions:
     """
 
     calls: frozenset[str] | None = None
-    max_chunk_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_chunk_bytes: int = _WORKER_DEFAULTS.max_chunk_bytes
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
-    idle_timeout_ms: int = 30_000
+    idle_timeout_ms: int = _WORKER_DEFAULTS.idle_timeout_ms
     step_interval_ms: int = 100
     max_records_per_step: int = 500
 

@@ -167,9 +167,7 @@ class AsrWorker:
         self.worker_id = settings.worker.worker_id or default_worker_id()
         prefix = settings.kafka.topic_prefix
         self._topics = {role: topic_name(role.value, prefix) for role in TopicRole}
-        self._admission = Admission(
-            AdmissionLimits(self._worker.max_call_ms, self._worker.max_open_sessions)
-        )
+        self._admission = Admission(AdmissionLimits.of(self._worker))
         self._partitions: dict[int, PartitionProgress] = {}
         self._session_partition: dict[SessionKey, int] = {}
         # Ended sessions still remembered (late chunks refused), oldest end first: key →
