@@ -5,8 +5,11 @@ Every error the package raises on purpose derives from one root, so callers can 
 
     StreamscribeError
     ├── ConfigError            a setting is missing or invalid (user mistake: no traceback)
-    ├── ContractError          a record breaks a wire contract (carries a ``RejectReason``)
-    │   └── ChunkRejectedError      an audio chunk that must go to the dead-letter topic
+    ├── ContractError          a record breaks a wire contract
+    │   ├── ChunkRejectedError      an audio chunk that must go to the dead-letter topic
+    │   │                           (``reason``: a ``RejectReason``)
+    │   └── RecordRejectedError     a JSON record a consumer cannot use
+    │                               (``reason``: a ``RecordRejectReason``; contracts/reading.py)
     ├── TopicPlanError         the topics file cannot be applied (e.g. lowering partitions)
     ├── InfrastructureError    Kafka / Redis unreachable or answering with an error
     ├── PublishError           produced records were not delivered (delivery report failed)

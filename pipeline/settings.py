@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, get_type_hints
 
+from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES
 from pipeline.errors import ConfigError
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "Settings",
     "WorkerSettings",
     "describe_settings",
+    "env_variable",
     "load_settings",
     "mask_url_passwords",
     "masked_client_config",
@@ -279,7 +281,7 @@ class WorkerSettings:
         2000, "MAX_OPEN_SESSIONS", "most open sessions per worker", minimum=1
     )
     max_chunk_bytes: int = setting(
-        65536, "MAX_CHUNK_BYTES", "largest accepted audio payload", minimum=1
+        DEFAULT_MAX_PAYLOAD_BYTES, "MAX_CHUNK_BYTES", "largest accepted audio payload", minimum=1
     )
     max_pending_jobs: int = setting(
         64,
@@ -402,7 +404,7 @@ class MetricsSettings:
     probe_timeout_ms: int = setting(
         2000,
         "METRICS_PROBE_TIMEOUT_MS",
-        "timeout of one Kafka / Redis reachability probe",
+        "timeout of one Kafka reachability probe (/readyz)",
         minimum=1,
     )
 
@@ -723,6 +725,15 @@ def _walk(cls: type[Any], instance: Any, path: str) -> Iterator[tuple[str, Any, 
             yield from _walk(type(value), value, name)
         else:
             yield name, spec, value
+
+
+def env_variable(settings_class: type[Any], name: str) -> str:
+    """The environment variable of setting ``name`` of ``settings_class`` (for messages about a
+    value that is checked after loading, e.g. ``env_variable(AsrSettings, "tenant_endpoints")``)."""
+    for spec in dataclasses.fields(settings_class):
+        if spec.name == name:
+            return str(spec.metadata["env"])
+    raise KeyError(f"{settings_class.__name__} has no setting {name!r}")
 
 
 def describe_settings(settings: Settings | None = None) -> list[SettingInfo]:

@@ -31,19 +31,12 @@ from __future__ import annotations
 
 import unicodedata
 from collections import deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
 from pipeline.errors import ConfigError
 
-__all__ = [
-    "HypothesisWord",
-    "LocalAgreement",
-    "WordLike",
-    "normalize_word",
-    "words_text",
-]
+__all__ = ["LocalAgreement", "WordLike", "normalize_word"]
 
 
 class WordLike(Protocol):
@@ -51,21 +44,6 @@ class WordLike(Protocol):
 
     @property
     def text(self) -> str: ...
-
-
-@dataclass(frozen=True, slots=True)
-class HypothesisWord:
-    """One word of a recognizer hypothesis.
-
-    ``text`` is the surface form as the recognizer produced it (Whisper keeps a leading space).
-    Times are in ms from the start of the decoded audio, when the recognizer aligns words; the
-    agreement never reads them. (The wire word of a final is ``pipeline.contracts.messages.Word``.)
-    """
-
-    text: str
-    start_ms: int | None = None
-    end_ms: int | None = None
-    probability: float | None = None
 
 
 W = TypeVar("W", bound=WordLike)
@@ -81,11 +59,6 @@ def normalize_word(text: str) -> str:
     return "".join(
         ch for ch in folded if not ch.isspace() and not unicodedata.category(ch).startswith("P")
     )
-
-
-def words_text(words: Iterable[WordLike]) -> str:
-    """Join surface forms with single spaces, for display in partials and finals."""
-    return " ".join(stripped for word in words if (stripped := word.text.strip()))
 
 
 class LocalAgreement(Generic[W]):

@@ -18,7 +18,12 @@ depends only on the audio and the segmentation, which depend only on the audio: 
 sessions rebuilt after a failover, produce the same finals whatever the batching or timing.
 Partials use the committed prefix (work is not repeated) and may differ between runs.
 
-Time comes from the audio (sample counts) and from the injected ``Clock`` for ``emit_ms`` only.
+Time. Positions, spans and endpoints come from the audio (sample counts). The injected ``Clock``
+(epoch ms; the worker's, so events and outputs share one clock) stamps ``emit_ms`` of partials
+and finals. The ``timer`` (monotonic seconds, ``time.perf_counter`` by default) measures compute
+only: the VAD's time (``last_vad_s``) and the partials' share of a step, from which
+``step_budget_ms`` adapts ``partial_cap``; it decides how many partials a step decodes, never
+what a final says.
 """
 
 from __future__ import annotations
@@ -197,7 +202,8 @@ class StreamingEngine:
         biases: BiasSource | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """``timer`` (seconds) measures steps for ``EngineConfig.step_budget_ms``."""
+        """``clock`` stamps ``emit_ms`` (a ``WallClock`` when None); ``timer`` (monotonic
+        seconds) measures the VAD and the steps for ``EngineConfig.step_budget_ms``."""
         self._recognizer = recognizer
         self._timer = timer
         self._biases = biases
@@ -209,7 +215,7 @@ class StreamingEngine:
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
         self.last_vad_s: float | None = None
-        """Wall time of the last ``step``'s VAD passes (seconds); None when it had no frame."""
+        """Time the last ``step``'s VAD passes took (``timer`` seconds); None without a frame."""
         self.partial_cap: int | None = None
         """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
         self._finals_stepped = False

@@ -19,7 +19,7 @@ from pipeline.audio.denoise import rnnoise_library_path
 from pipeline.clock import Clock
 from pipeline.contracts.audio_chunk import LABEL_PATTERN, MAX_TENANT_BYTES
 from pipeline.errors import ConfigError
-from pipeline.settings import DEVICE_PATTERN, AsrSettings
+from pipeline.settings import DEVICE_PATTERN, AsrSettings, env_variable
 
 __all__ = [
     "LoadedEngine",
@@ -54,7 +54,7 @@ def resolve_device(device: str) -> str:
     return device
 
 
-TENANT_ENDPOINTS_ENV = "STREAMSCRIBE_TENANT_ENDPOINTS"
+TENANT_ENDPOINTS_ENV = env_variable(AsrSettings, "tenant_endpoints")
 
 
 def parse_tenant_endpoints(text: str) -> dict[str, tuple[int, int | None]]:

@@ -50,7 +50,8 @@ class RecognitionRequest:
     ``audio`` is 16 kHz mono float32 in [-1, 1), the utterance from its first sample; the
     recognizer reads it and never keeps or mutates it. ``committed`` words are forced as the
     decoding prefix (their tokens are not searched again) and come back first in the result.
-    ``prompt`` is earlier context (e.g. the previous final's text) that conditions decoding.
+    ``prompt`` is text that conditions decoding as Whisper's previous-text prompt; the engine
+    never sets it (hotwords bias the search instead), the hotword benchmark compares against it.
     """
 
     audio: npt.NDArray[np.float32]

@@ -4,9 +4,11 @@ A ``Session`` is the per-stream state of the engine and owns nothing shared: the
 the recognizer are the engine's. It is pure (no I/O, no clock) and deterministic: positions are
 sample counts at 16 kHz from the stream's first sample, derived from the audio alone.
 
-Audio flows: ``accept`` (resample 8 → 16 kHz) → ``buffer`` → VAD frames (``take_vad_frames`` /
-``apply_vad``) → ``SpeechGate`` spans → ``EndpointDetector`` decisions → ``FinalJob``s; while an
-utterance is open, ``due_partial`` says when it should be re-decoded (every ``hop_ms`` of audio).
+Audio flows: ``accept`` (resample 8 → 16 kHz) → ``buffer`` → VAD frames (``frames_ready`` /
+``next_vad_frame``, scored by the engine's batched VAD, fed back one probability at a time
+through ``apply_vad``) → ``SpeechGate`` spans → ``EndpointDetector`` decisions → ``FinalJob``s;
+while an utterance is open, ``due_partial`` says when it should be re-decoded (every ``hop_ms``
+of audio).
 
 Only the audio still needed is kept: from the open utterance's start (or the gate's unsettled
 audio, which may become the start of one) to the newest sample.

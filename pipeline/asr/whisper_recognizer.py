@@ -32,7 +32,6 @@ from pipeline.asr.whisper.model import WhisperModel, bundled_model_dir, load_whi
 
 __all__ = ["WhisperRecognizer", "WhisperSettings"]
 
-SAMPLE_RATE_HZ = 16000
 SAMPLES_PER_FRAME = 160
 MAX_WINDOW_FRAMES = 3000
 MAX_PROMPT_TOKENS = 64

@@ -145,7 +145,7 @@ def _replay(args: argparse.Namespace) -> int:
         options = ReplayOptions(
             calls=frozenset(wanted.calls) if wanted.calls else None,
             max_chunk_bytes=worker.max_chunk_bytes,
-            limits=AdmissionLimits(worker.max_call_ms, worker.max_open_sessions),
+            limits=AdmissionLimits.of(worker),
             idle_timeout_ms=worker.idle_timeout_ms,
             step_interval_ms=args.step_ms,
         )

@@ -26,6 +26,7 @@ from pipeline.cli.options import add_env_option, settings_from_args
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.runtime.kafka import new_consumer
 from pipeline.settings import Settings
+from pipeline.text import format_span_ms
 from pipeline.topics import TopicRole, topic_name
 
 __all__ = ["TailView", "register"]
@@ -34,10 +35,6 @@ METADATA_TIMEOUT_S = 15.0
 ERASE_LINE = "\r\x1b[2K"
 CURSOR_UP = "\x1b[1A"
 DIM, RESET = "\x1b[2m", "\x1b[0m"
-
-
-def _span(ms: int) -> str:
-    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000 // 10:02d}"
 
 
 def _int(record: Mapping[str, Any], name: str) -> int:
@@ -137,7 +134,8 @@ class TailView:
         return f"{text} {DIM}{tentative[: room - 1]}{RESET}"
 
     def _final_line(self, record: Mapping[str, Any]) -> str:
-        span = f"{_span(_int(record, 'start_ms'))}–{_span(_int(record, 'end_ms'))}"
+        start_ms, end_ms = _int(record, "start_ms"), _int(record, "end_ms")
+        span = f"{format_span_ms(start_ms)}–{format_span_ms(end_ms)}"
         return (
             f"{self._head(record, '✔')} {span} ({record.get('endpoint_reason')}) "
             f"{record.get('text', '')}"

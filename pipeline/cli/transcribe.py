@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -20,15 +19,16 @@ import orjson
 from pipeline.audio.files import CallAudio, read_call_audio
 from pipeline.cli.options import add_env_option, settings_from_args
 from pipeline.clock import WallClock
+from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
 from pipeline.contracts.messages import Final, Partial, to_dict
 from pipeline.errors import ConfigError
+from pipeline.producer.pacing import Pacer
+from pipeline.text import format_span_ms
 
 if TYPE_CHECKING:
     from pipeline.asr.engine import EngineOutput
 
 __all__ = ["register"]
-
-SUPPORTED_RATES_HZ = (8000, 16000)
 
 
 def register(subparsers: Any) -> None:
@@ -57,9 +57,10 @@ def register(subparsers: Any) -> None:
 def _load(files: list[Path]) -> list[CallAudio]:
     calls = [read_call_audio(path) for path in files]
     for call in calls:
-        if call.sample_rate_hz not in SUPPORTED_RATES_HZ:
+        if call.sample_rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
+            rates = " or ".join(str(rate) for rate in SUPPORTED_SAMPLE_RATES_HZ)
             raise ConfigError(
-                f"{call.call_id}: {call.sample_rate_hz} Hz; resample to 8000 or 16000 Hz first"
+                f"{call.call_id}: {call.sample_rate_hz} Hz; resample to {rates} Hz first"
             )
     ids = [call.call_id for call in calls]
     if len(set(ids)) != len(ids):
@@ -79,11 +80,13 @@ def _transcribe(args: argparse.Namespace) -> int:
     asr = settings.asr
     if args.no_partials:
         asr = dataclasses.replace(asr, partials=False)
-    loaded = build_engine(asr)
+    clock = WallClock()  # emit times, and the capture times of --realtime chunks
+    loaded = build_engine(asr, clock)
     engine = loaded.engine
     printer = _Printer(sys.stdout, as_json=args.json)
-    clock = WallClock()
     started_ms = clock.now_ms()
+    pacer = Pacer()
+    pacer.wait_until(0)  # the pace starts now
     position_ms = 0
     longest_ms = max(call.duration_ms for call in calls)
     while position_ms < longest_ms:
@@ -103,9 +106,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                 )
         position_ms = end_ms
         if args.realtime:
-            delay_ms = started_ms + position_ms - clock.now_ms()
-            if delay_ms > 0:
-                time.sleep(delay_ms / 1000)
+            pacer.wait_until(position_ms)  # step once the audio fed so far has been spoken
         printer.emit(engine.step())
     while engine.sessions:
         printer.emit(engine.step())
@@ -180,7 +181,7 @@ class _Printer:
             self._stream.write("\r\x1b[K")
             self._open_line = False
         if isinstance(output, Final):
-            span = f"{_clock(output.start_ms)}–{_clock(output.end_ms)}"
+            span = f"{format_span_ms(output.start_ms)}–{format_span_ms(output.end_ms)}"
             self._stream.write(
                 f"✔ {output.call_id} {output.channel:<8} #{output.utterance_index:<3} {span} "
                 f"({output.endpoint_reason.value}) {output.text}\n"
@@ -201,7 +202,3 @@ class _Printer:
         if self._open_line:
             self._stream.write("\n")
         self._stream.flush()
-
-
-def _clock(ms: int) -> str:
-    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000 // 10:02d}"

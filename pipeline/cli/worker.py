@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
+from pipeline.clock import WallClock
 from pipeline.settings import validate_settings
 
 LOAD_STALL_S = 600.0
@@ -43,7 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.asr.whisper.tokenizer import WhisperTokenizer
     from pipeline.hotwords import HotwordRegistry, ListRef
     from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
-    from pipeline.runtime.metrics import WorkerMetrics
+    from pipeline.runtime.metrics import Dependency, WorkerMetrics
     from pipeline.runtime.worker import AsrWorker
 
     # SIGTERM before the worker runs (loading the model, waiting for Redis): nothing to hand
@@ -65,13 +66,14 @@ def _run(args: argparse.Namespace) -> int:
         )
     validate_settings(settings)  # the flags are held to the settings' bounds
     metrics = WorkerMetrics()
+    clock = WallClock()  # one clock for the engine's outputs and the worker's events
     registries: list[HotwordRegistry] = []
     worker: AsrWorker | None = None
     probe = KafkaProbe(settings.kafka, timeout_s=settings.metrics.probe_timeout_ms / 1000)
 
     def readiness() -> Readiness:
         kafka = probe.check()
-        metrics.set_dependency_up("kafka", kafka.ok)
+        metrics.set_dependency_up(Dependency.KAFKA, kafka.ok)
         return Readiness.of(
             kafka,
             model_loaded=worker is not None and worker.status.model_loaded,
@@ -94,11 +96,11 @@ def _run(args: argparse.Namespace) -> int:
 
     def on_dependency(up: bool, detail: str) -> None:
         if worker is not None:
-            worker.notify_dependency("redis", up, detail)
+            worker.notify_dependency(Dependency.REDIS, up, detail)
 
     def on_update(ref: ListRef, version: int) -> None:
         if worker is not None:
-            worker.notify_hotwords(ref.scope.value, ref.tenant, ref.call_id, version)
+            worker.notify_hotwords(ref.scope, ref.tenant, ref.call_id, version)
 
     def hotwords(tokenizer: WhisperTokenizer) -> HotwordRegistry:
         registry = HotwordRegistry.from_settings(
@@ -109,12 +111,13 @@ def _run(args: argparse.Namespace) -> int:
 
     try:
         logging.getLogger(__name__).info("loading the model (device %s)", settings.asr.device)
-        loaded = build_engine(settings.asr, biases=hotwords)
+        loaded = build_engine(settings.asr, clock, biases=hotwords)
         metrics.set_model(loaded.model_id, loaded.device, loaded.dtype)
         worker = AsrWorker(
             settings,
             loaded.engine,
             metrics=metrics,
+            clock=clock,
             model_facts={
                 "model_id": loaded.model_id,
                 "device": loaded.device,

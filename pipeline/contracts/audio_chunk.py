@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -460,12 +460,3 @@ def encode_chunk(chunk: AudioChunk) -> tuple[bytes, bytes, list[tuple[str, bytes
     if chunk.flush:
         headers.append((Header.FLUSH, b"1"))
     return chunk.call_id.encode("utf-8"), bytes(chunk.payload), headers
-
-
-def headers_as_text(headers: Iterable[tuple[str, bytes | str | None]] | None) -> dict[str, str]:
-    """Headers as printable text (for events and logs); undecodable bytes become U+FFFD."""
-    return {
-        name: (value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value))
-        for name, value in (headers or ())
-        if value is not None
-    }

@@ -56,7 +56,6 @@ class EventType(enum.StrEnum):
     CHUNK_REJECTED = "chunk_rejected"
     RECORD_REJECTED = "record_rejected"
     SEQUENCE_GAP = "sequence_gap"
-    DUPLICATE_CHUNK = "duplicate_chunk"
     BACKPRESSURE = "backpressure"
     PARTIALS_THINNED = "partials_thinned"
     HALLUCINATION_SUPPRESSED = "hallucination_suppressed"

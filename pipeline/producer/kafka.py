@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message
 
-from pipeline.errors import ConfigError, PublishError
+from pipeline.errors import PublishError
+from pipeline.runtime.kafka import new_producer
 from pipeline.settings import KafkaSettings, PublisherSettings
 
 __all__ = ["KafkaTransport", "producer_config"]
@@ -40,10 +41,8 @@ class KafkaTransport:
     """
 
     def __init__(self, config: Mapping[str, Any]) -> None:
-        try:
-            self._producer = Producer(dict(config))
-        except KafkaException as error:
-            raise ConfigError(f"invalid producer settings: {error.args[0].str()}") from None
+        """Raises ConfigError when librdkafka refuses a property of ``config``."""
+        self._producer = new_producer(config)
 
     def send(
         self,

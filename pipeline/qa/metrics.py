@@ -1,21 +1,15 @@
 """Prometheus metrics of the QA app, declared once (same catalogue shape as the worker's).
 
-Labels take their values from closed enums (``InputKind``-like record kinds, ``RecordRejectReason``,
-``EndReason``, publication kind); call ids never become labels.
+Labels take their values from closed enums (``RecordKind``, ``RecordRejectReason``,
+``EndReason``, ``Publication``); call ids never become labels. The collectors are built by the
+worker's helpers (``pipeline.runtime.metrics``), so both processes expose their catalogues alike.
 """
 
 from __future__ import annotations
 
 import enum
 
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    gc_collector,
-    platform_collector,
-    process_collector,
-)
+from prometheus_client import CollectorRegistry
 
 from pipeline.contracts.reading import RecordRejectReason
 from pipeline.qa.summary import EndReason
@@ -25,12 +19,17 @@ from pipeline.runtime.metrics import (
     MetricType,
     catalogue_markdown,
     enum_values,
+    new_counter,
+    new_gauge,
+    new_process_registry,
 )
 
 __all__ = ["QA_CATALOGUE", "Publication", "QaMetrics", "RecordKind", "qa_catalogue_markdown"]
 
 
 class RecordKind(enum.StrEnum):
+    """Which input topic an accepted record came from (``qa_records_total``)."""
+
     FINAL = "final"
     EVENT = "event"
 
@@ -106,26 +105,15 @@ class QaMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         if registry is None:
-            registry = CollectorRegistry()
-            process_collector.ProcessCollector(registry=registry)
-            platform_collector.PlatformCollector(registry=registry)
-            gc_collector.GCCollector(registry=registry)
+            registry = new_process_registry()
         self.registry = registry
-        self._records = self._counter(RECORDS)
-        self._rejected = self._counter(REJECTED)
-        self._duplicates = self._counter(DUPLICATES)
-        self._ended = self._counter(CALLS_ENDED)
-        self._summaries = self._counter(SUMMARIES)
-        self._open_calls = Gauge(OPEN_CALLS.name, OPEN_CALLS.help, registry=registry)
-        self._tracked_calls = Gauge(TRACKED_CALLS.name, TRACKED_CALLS.help, registry=registry)
-
-    def _counter(self, spec: MetricSpec) -> Counter:
-        counter = Counter(spec.name, spec.help, spec.label_names, registry=self.registry)
-        # Series of closed label sets exist from the start, so rate() sees zeros.
-        for label in spec.labels[:1]:
-            for value in label.values:
-                counter.labels(value)
-        return counter
+        self._records = new_counter(RECORDS, registry)
+        self._rejected = new_counter(REJECTED, registry)
+        self._duplicates = new_counter(DUPLICATES, registry)
+        self._ended = new_counter(CALLS_ENDED, registry)
+        self._summaries = new_counter(SUMMARIES, registry)
+        self._open_calls = new_gauge(OPEN_CALLS, registry)
+        self._tracked_calls = new_gauge(TRACKED_CALLS, registry)
 
     def count_record(self, kind: RecordKind) -> None:
         self._records.labels(RecordKind(kind).value).inc()

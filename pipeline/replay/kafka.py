@@ -16,13 +16,13 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pipeline.contracts.messages import Event, EventType, Final, to_json
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.replay.results import PartitionRange
 from pipeline.replay.runner import ChunkRecord, StreamSummary
-from pipeline.runtime.kafka import new_consumer
+from pipeline.runtime.kafka import new_consumer, new_producer
 from pipeline.settings import KafkaSettings
 from pipeline.topics import TopicRole, topic_name
 
@@ -182,10 +182,7 @@ class ShadowSink:
             "acks": "all",
             "linger.ms": 5,
         }
-        try:
-            self._producer = Producer(config)
-        except KafkaException as error:
-            raise ConfigError(f"invalid producer settings: {error.args[0]}") from None
+        self._producer = new_producer(config)
         self._failures: list[str] = []
         self._check_topics()
 

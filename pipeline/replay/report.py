@@ -21,6 +21,7 @@ from pipeline.replay.compare import (
     percent,
     total_errors,
 )
+from pipeline.text import format_span_ms
 
 __all__ = ["COMPARE_SCHEMA", "comparison_json", "comparison_markdown", "verdict_line"]
 
@@ -161,15 +162,12 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ") or "∅"
 
 
-def _span(ms: int) -> str:
-    return f"{ms // 60000:02d}:{ms // 1000 % 60:02d}.{ms % 1000 // 10:02d}"
-
-
 def _side(utterances: tuple[Utterance, ...]) -> str:
     if not utterances:
         return "∅"
     return "<br>".join(
-        f"#{u.index} {_span(u.start_ms)}–{_span(u.end_ms)} ({u.endpoint_reason}) {_cell(u.text)}"
+        f"#{u.index} {format_span_ms(u.start_ms)}–{format_span_ms(u.end_ms)} "
+        f"({u.endpoint_reason}) {_cell(u.text)}"
         for u in utterances
     )
 
@@ -313,7 +311,7 @@ def _examples(comparison: Comparison, max_examples: int) -> list[str]:
     for stream, group in changed[:max_examples]:
         lines.append(
             f"| {_cell(stream.call_id)} | {stream.channel} | "
-            f"{_span(group.start_ms)}–{_span(group.end_ms)} | "
+            f"{format_span_ms(group.start_ms)}–{format_span_ms(group.end_ms)} | "
             f"{', '.join(k.value for k in group.kinds)} | {_side(group.baseline)} | "
             f"{_side(group.candidate)} |"
         )

@@ -22,11 +22,12 @@ replay does not measure compute time). The engine steps whenever the clock moved
 ``step_interval_ms`` (or ``max_records_per_step`` records were fed), and at a partition's end.
 A session is closed when ``idle_timeout_ms`` passed between the send time (Kafka record
 timestamp) of its last admitted chunk and the newest record of the partition, as the worker
-closes it after that long without audio by its wall clock, which follows send times. (Not by
-stream time: a call whose capture times run ahead of the others, published faster than real
-time or from a skewed clock, would close every other call of the partition.) Sessions still
-open at the end of the range are closed (``ended_by`` = ``range_end``) so their last utterances
-get finals.
+closes it after that long without audio by its fetch clock (wall time while it fetches, not
+while paused or stalled: ``AsrWorker._tick_fetch_clock``), which follows send times while it
+keeps up with the partition. (Not by stream time: a call whose capture times run ahead of the
+others, published faster than real time or from a skewed clock, would close every other call of
+the partition.) Sessions still open at the end of the range are closed (``ended_by`` =
+``range_end``) so their last utterances get finals.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ import numpy.typing as npt
 
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
 from pipeline.asr.session import SessionKey
-from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES, decode_chunk
+from pipeline.contracts.audio_chunk import decode_chunk
 from pipeline.contracts.messages import Final
 from pipeline.errors import ChunkRejectedError
+from pipeline.settings import WorkerSettings
 from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
 
 __all__ = [
@@ -118,6 +120,9 @@ class ChunkRecord:
     headers: Sequence[tuple[str, bytes]] | None = None
 
 
+_WORKER_DEFAULTS = WorkerSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class ReplayOptions:
     """How records are admitted and when the engine steps (the worker's settings by default).
@@ -126,9 +131,9 @@ class ReplayOptions:
     """
 
     calls: frozenset[str] | None = None
-    max_chunk_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    max_chunk_bytes: int = _WORKER_DEFAULTS.max_chunk_bytes
     limits: AdmissionLimits = field(default_factory=AdmissionLimits)
-    idle_timeout_ms: int = 30_000
+    idle_timeout_ms: int = _WORKER_DEFAULTS.idle_timeout_ms
     step_interval_ms: int = 100
     max_records_per_step: int = 500
 
@@ -140,7 +145,7 @@ class EndedBy(enum.StrEnum):
     """The call's end-of-stream chunk was in the range."""
     IDLE_TIMEOUT = "idle_timeout"
     """No audio sent for ``idle_timeout_ms`` (record timestamps; the worker closes it the same
-    way by its wall clock)."""
+    way by its fetch clock)."""
     RANGE_END = "range_end"
     """Still open at the end of the range: closed so its last utterance gets a final."""
 

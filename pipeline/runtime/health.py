@@ -8,8 +8,10 @@
   A readiness callable that raises counts as not ready (check ``readiness``), never as a crash.
 
 The worker supplies readiness (partitions assigned, model loaded, broker reachable);
-``KafkaProbe`` and ``RedisProbe`` are ready-made checks for the broker and Redis, whose results
-also feed ``streamscribe_dependency_up``.
+``KafkaProbe`` is its check of the broker, whose result the worker's readiness callable also
+writes to ``streamscribe_dependency_up{dependency="kafka"}``. Redis is no readiness check (a
+worker transcribes without hotwords while it is down): its gauge follows the hotword registry's
+``on_dependency`` callback.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
-import redis
 from confluent_kafka import KafkaException
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -39,13 +40,11 @@ __all__ = [
     "Readiness",
     "ReadinessCheck",
     "ReadinessProbe",
-    "RedisProbe",
     "start_health_server",
 ]
 
 logger = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = 2.0
 MAX_PORT = 65535
 STOP_TIMEOUT_S = 5.0
 # How often the serving thread looks for a stop request: bounds how long ``stop`` waits.
@@ -96,13 +95,14 @@ it). Without one, ``/healthz`` answers 200 while the HTTP thread runs."""
 
 
 class KafkaProbe:
-    """Is the Kafka cluster answering metadata requests? One admin client, reused per check.
+    """Is the Kafka cluster answering metadata requests within ``timeout_s``
+    (``metrics.probe_timeout_ms``)? One admin client, reused per check.
 
     Raises (on construction):
         ConfigError: librdkafka refuses the client settings (``admin_client``).
     """
 
-    def __init__(self, settings: KafkaSettings, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    def __init__(self, settings: KafkaSettings, timeout_s: float) -> None:
         self._bootstrap = settings.bootstrap_servers
         self._timeout_s = timeout_s
         self._client = admin_client(settings)
@@ -113,25 +113,6 @@ class KafkaProbe:
         except KafkaException as error:
             return ReadinessCheck("kafka", False, f"{self._bootstrap}: {error}")
         return ReadinessCheck("kafka", True, f"{len(metadata.brokers)} broker(s)")
-
-
-class RedisProbe:
-    """Does Redis answer PING? One client (connection pool), reused per check."""
-
-    def __init__(self, url: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
-        self._client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
-        )
-
-    def check(self) -> ReadinessCheck:
-        try:
-            self._client.ping()
-        except redis.RedisError as error:
-            return ReadinessCheck("redis", False, str(error))
-        return ReadinessCheck("redis", True)
-
-    def close(self) -> None:
-        self._client.close()
 
 
 class HealthServer:

@@ -1,11 +1,13 @@
 """librdkafka configurations of the worker's clients (settings map onto librdkafka keys here),
-and ``new_consumer``, which every command's reader is created through."""
+and ``new_consumer`` / ``new_producer``, which every command's confluent-kafka readers and
+writers are created through (a property librdkafka refuses is one ``ConfigError`` everywhere)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 
 from pipeline.errors import ConfigError
 from pipeline.settings import KafkaSettings, WorkerSettings
@@ -14,9 +16,13 @@ __all__ = [
     "checkpoint_reader_config",
     "consumer_config",
     "new_consumer",
+    "new_producer",
     "partials_producer_config",
     "transactional_producer_config",
 ]
+
+
+_Client = TypeVar("_Client")
 
 
 def new_consumer(config: Mapping[str, object]) -> Consumer:
@@ -26,10 +32,25 @@ def new_consumer(config: Mapping[str, object]) -> Consumer:
         ConfigError: librdkafka refuses a property or its value (an unknown
             ``STREAMSCRIBE_LIBRDKAFKA_*`` key, a mistyped ``[kafka.client]`` value).
     """
+    return _new_client(Consumer, "consumer", config)
+
+
+def new_producer(config: Mapping[str, object]) -> Producer:
+    """A confluent-kafka ``Producer`` of ``config``; creating one contacts no broker.
+
+    Raises:
+        ConfigError: as ``new_consumer``.
+    """
+    return _new_client(Producer, "producer", config)
+
+
+def _new_client(
+    client: Callable[[dict[str, object]], _Client], what: str, config: Mapping[str, object]
+) -> _Client:
     try:
-        return Consumer(dict(config))
+        return client(dict(config))
     except KafkaException as error:
-        raise ConfigError(f"invalid consumer settings: {error.args[0].str()}") from None
+        raise ConfigError(f"invalid {what} settings: {error.args[0].str()}") from None
 
 
 def _base(kafka: KafkaSettings) -> dict[str, str | int | bool]:

@@ -8,8 +8,10 @@ the dashboard. Names are the *exposed* ones: counters end in ``_total``, the inf
 
 Label cardinality is bounded by construction: every label takes its values from a closed enum
 (``ChunkOutcome``, ``DurationKind``, ``RejectReason``, …) or from a small physical set (the
-partitions of ``audio.chunks``, the GPUs of a node). Call ids, tenants and utterances never become
-labels. The ``WorkerMetrics`` methods take the enums and reject anything else.
+partitions of ``audio.chunks``, the GPUs of a node). A label whose values are the domain's takes
+the domain enum itself (``RejectReason``, the guards' ``Guard``, the hotword lists' ``Scope``),
+never a copy that could drift from what the producers emit. Call ids, tenants and utterances
+never become labels. The ``WorkerMetrics`` methods take the enums and reject anything else.
 
 ``asr_*`` metrics describe the recognition work; ``streamscribe_*`` metrics describe the process
 and what it depends on (dependencies, model, GPU).
@@ -37,7 +39,9 @@ from prometheus_client import (
     process_collector,
 )
 
+from pipeline.asr.guards import Guard
 from pipeline.contracts import RejectReason
+from pipeline.hotwords.model import Scope
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -50,14 +54,16 @@ __all__ = [
     "DurationKind",
     "EarlyFinalOutcome",
     "GpuSample",
-    "HallucinationGuard",
-    "HotwordScope",
     "LabelSpec",
     "MetricSpec",
     "MetricType",
     "RewindCause",
     "WorkerMetrics",
     "catalogue_markdown",
+    "new_counter",
+    "new_gauge",
+    "new_histogram",
+    "new_process_registry",
     "read_gpu_samples",
 ]
 
@@ -95,17 +101,6 @@ class DurationKind(enum.StrEnum):
     """Wall time of one Kafka transaction commit (finals + checkpoints + offsets)."""
 
 
-class HallucinationGuard(enum.StrEnum):
-    """Which guard threw a hypothesis away (``asr_hallucinations_suppressed_total``)."""
-
-    VAD_GATE = "vad_gate"
-    NO_SPEECH = "no_speech"
-    COMPRESSION_RATIO = "compression_ratio"
-    LOG_PROB = "log_prob"
-    REPETITION = "repetition"
-    WORDS_PER_SECOND = "words_per_second"
-
-
 class EarlyFinalOutcome(enum.StrEnum):
     """What became of the work of finals decoded ahead (``EngineConfig.early_final_ms``)."""
 
@@ -128,15 +123,9 @@ class RewindCause(enum.StrEnum):
     transaction state after a broker restart); it was replaced."""
 
 
-class HotwordScope(enum.StrEnum):
-    """Where a hotword list applies."""
-
-    TENANT = "tenant"
-    CALL = "call"
-
-
 class Dependency(enum.StrEnum):
-    """External systems a worker needs (``streamscribe_dependency_up``)."""
+    """External systems a worker needs: the ``streamscribe_dependency_up`` label and the
+    ``dependency`` of ``dependency_up``/``dependency_down`` events."""
 
     KAFKA = "kafka"
     REDIS = "redis"
@@ -261,13 +250,14 @@ DLQ_TOTAL = MetricSpec(
 HALLUCINATIONS_SUPPRESSED = MetricSpec(
     "asr_hallucinations_suppressed_total",
     MetricType.COUNTER,
-    (LabelSpec("guard", enum_values(HallucinationGuard)),),
-    "Hypotheses (or their tails) thrown away by a hallucination guard, by guard.",
+    (LabelSpec("guard", enum_values(Guard)),),
+    "Hypotheses thrown away by a hallucination guard, by guard (the decoder's repetition and "
+    "words-per-second cuts shorten a hypothesis and are not counted here).",
 )
 HOTWORD_UPDATES = MetricSpec(
     "asr_hotword_updates_total",
     MetricType.COUNTER,
-    (LabelSpec("scope", enum_values(HotwordScope)),),
+    (LabelSpec("scope", enum_values(Scope)),),
     "Hotword list updates applied (from Redis pub/sub or a reload), by scope.",
 )
 PARTIALS_THINNED = MetricSpec(
@@ -436,45 +426,42 @@ def _utilization_ratio(cuda: CudaApi, index: int) -> float | None:
 class WorkerMetrics:
     """The collectors of one worker process, built from ``CATALOGUE`` on one registry.
 
-    ``registry=None`` creates a private registry that also carries the standard process, platform
-    and GC collectors (what the worker serves); tests pass a fresh ``CollectorRegistry``.
+    ``registry=None`` creates a private one (``new_process_registry``: what the worker serves);
+    tests pass a fresh ``CollectorRegistry``.
     Every label value goes through its enum, so an unknown value raises ``ValueError`` instead of
     growing a new series. Thread-safe (prometheus-client collectors are).
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         if registry is None:
-            registry = CollectorRegistry()
-            process_collector.ProcessCollector(registry=registry)
-            platform_collector.PlatformCollector(registry=registry)
-            gc_collector.GCCollector(registry=registry)
+            registry = new_process_registry()
         self.registry = registry
-        self._request_total = _counter(REQUEST_TOTAL, registry)
+        self._request_total = new_counter(REQUEST_TOTAL, registry)
         # Resolved once: ``labels()`` costs more than the rest of a chunk's bookkeeping.
         self._chunks_by_outcome = {
             outcome.value: self._request_total.labels(outcome.value) for outcome in ChunkOutcome
         }
-        self._duration = _histogram(DURATION_SECONDS, registry)
-        self._real_time_factor = _histogram(REAL_TIME_FACTOR, registry)
-        self._batch_size = _histogram(BATCH_SIZE, registry)
-        self._active_sessions = _gauge(ACTIVE_SESSIONS, registry)
-        self._assigned_partitions = _gauge(ASSIGNED_PARTITIONS, registry)
-        self._consumer_lag = _gauge(CONSUMER_LAG, registry)
-        self._paused_partitions = _gauge(PAUSED_PARTITIONS, registry)
-        self._dlq_total = _counter(DLQ_TOTAL, registry)
-        self._hallucinations = _counter(HALLUCINATIONS_SUPPRESSED, registry)
-        self._hotword_updates = _counter(HOTWORD_UPDATES, registry)
-        self._partials_thinned = _counter(PARTIALS_THINNED, registry)
-        self._early_finals = _counter(EARLY_FINALS, registry)
-        self._transaction_rewinds = _counter(TRANSACTION_REWINDS, registry)
-        self._dependency_up = _gauge(DEPENDENCY_UP, registry)
+        self._duration = new_histogram(DURATION_SECONDS, registry)
+        self._real_time_factor = new_histogram(REAL_TIME_FACTOR, registry)
+        self._batch_size = new_histogram(BATCH_SIZE, registry)
+        self._active_sessions = new_gauge(ACTIVE_SESSIONS, registry)
+        self._assigned_partitions = new_gauge(ASSIGNED_PARTITIONS, registry)
+        self._consumer_lag = new_gauge(CONSUMER_LAG, registry)
+        self._paused_partitions = new_gauge(PAUSED_PARTITIONS, registry)
+        self._dlq_total = new_counter(DLQ_TOTAL, registry)
+        self._hallucinations = new_counter(HALLUCINATIONS_SUPPRESSED, registry)
+        self._hotword_updates = new_counter(HOTWORD_UPDATES, registry)
+        self._partials_thinned = new_counter(PARTIALS_THINNED, registry)
+        self._early_finals = new_counter(EARLY_FINALS, registry)
+        self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
+        self._dependency_up = new_gauge(DEPENDENCY_UP, registry)
         self._model_info = Info(
             MODEL_INFO.name.removesuffix("_info"), MODEL_INFO.help, registry=registry
         )
-        self._gpu_utilization = _gauge(GPU_UTILIZATION, registry)
-        self._gpu_memory_used = _gauge(GPU_MEMORY_USED, registry)
-        self._gpu_memory_total = _gauge(GPU_MEMORY_TOTAL, registry)
-        self._gpu_memory_reserved = _gauge(GPU_MEMORY_RESERVED, registry)
+        self._gpu_utilization = new_gauge(GPU_UTILIZATION, registry)
+        self._gpu_memory_used = new_gauge(GPU_MEMORY_USED, registry)
+        self._gpu_memory_total = new_gauge(GPU_MEMORY_TOTAL, registry)
+        self._gpu_memory_reserved = new_gauge(GPU_MEMORY_RESERVED, registry)
 
     def count_chunk(self, outcome: ChunkOutcome | str, count: int = 1) -> None:
         """``count`` consumed chunks ended as ``outcome``."""
@@ -519,11 +506,11 @@ class WorkerMetrics:
     def count_dead_letter(self, reason: RejectReason | str, count: int = 1) -> None:
         self._dlq_total.labels(RejectReason(reason).value).inc(count)
 
-    def count_suppressed_hallucination(self, guard: HallucinationGuard | str) -> None:
-        self._hallucinations.labels(HallucinationGuard(guard).value).inc()
+    def count_suppressed_hallucination(self, guard: Guard | str) -> None:
+        self._hallucinations.labels(Guard(guard).value).inc()
 
-    def count_hotword_update(self, scope: HotwordScope | str) -> None:
-        self._hotword_updates.labels(HotwordScope(scope).value).inc()
+    def count_hotword_update(self, scope: Scope | str) -> None:
+        self._hotword_updates.labels(Scope(scope).value).inc()
 
     def count_thinned_partials(self, count: int = 1) -> None:
         self._partials_thinned.inc(count)
@@ -556,19 +543,32 @@ class WorkerMetrics:
         return samples
 
 
-def _counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+def new_process_registry() -> CollectorRegistry:
+    """A private registry carrying the standard process, platform and GC collectors (what a
+    process serves on ``/metrics``; the global default registry is never used)."""
+    registry = CollectorRegistry()
+    process_collector.ProcessCollector(registry=registry)
+    platform_collector.PlatformCollector(registry=registry)
+    gc_collector.GCCollector(registry=registry)
+    return registry
+
+
+def new_counter(spec: MetricSpec, registry: CollectorRegistry) -> Counter:
+    """The counter ``spec`` declares, on ``registry``, its closed label set pre-created."""
     counter = Counter(spec.name, spec.help, spec.label_names, registry=registry)
     _precreate(counter, spec)
     return counter
 
 
-def _gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+def new_gauge(spec: MetricSpec, registry: CollectorRegistry) -> Gauge:
+    """The gauge ``spec`` declares, on ``registry`` (no series until set: see ``_precreate``)."""
     gauge = Gauge(spec.name, spec.help, spec.label_names, registry=registry)
     _precreate(gauge, spec)
     return gauge
 
 
-def _histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+def new_histogram(spec: MetricSpec, registry: CollectorRegistry) -> Histogram:
+    """The histogram ``spec`` declares, on ``registry``, its closed label set pre-created."""
     histogram = Histogram(
         spec.name, spec.help, spec.label_names, registry=registry, buckets=spec.buckets
     )

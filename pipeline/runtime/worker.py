@@ -48,7 +48,6 @@ from confluent_kafka import (
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 
@@ -66,15 +65,19 @@ from pipeline.contracts.messages import (
     to_json,
 )
 from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
+from pipeline.hotwords.model import Scope
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     checkpoint_reader_config,
     consumer_config,
+    new_consumer,
+    new_producer,
     partials_producer_config,
     transactional_producer_config,
 )
 from pipeline.runtime.metrics import (
     ChunkOutcome,
+    Dependency,
     DurationKind,
     EarlyFinalOutcome,
     RewindCause,
@@ -105,10 +108,15 @@ while shutting down, when the rest of the shutdown bound is all there is."""
 # as stuck (see ``_bounded``).
 STUCK_GRACE_S = 5.0
 LOOP_STALL_S = 360.0
-"""No loop iteration for this long means the loop is stuck (a hung native call, a wedged GPU):
-longer than any bounded path through one iteration (retries of 120 s, checkpoint reads of 30 s,
-transactional calls of 35 s), and past ``max.poll.interval.ms`` (300 s), after which the group
-has taken the partitions anyway. ``/healthz`` then fails and the pod is restarted."""
+"""No progress for this long means the loop is stuck (a hung native call, a wedged GPU):
+``/healthz`` then fails and the pod is restarted. Progress is an iteration finished, or a Kafka
+call of a commit, of its recovery or of a checkpoint read returned (``AsrWorker._progressed``):
+a commit and its recovery may chain retries for far longer (``RETRY_DEADLINE_S`` each for the
+commit, the abort, a new producer's ``init_transactions`` and the committed offsets, then the
+checkpoint reads) and are not a stall while their calls return. So the limit only has to exceed
+the longest single wait (a transactional try of ``TRANSACTION_TIMEOUT_S`` + ``STUCK_GRACE_S``, a
+checkpoint lookup of ``CHECKPOINT_READ_TIMEOUT_S``, a poll, a recognizer step); it is also past
+``max.poll.interval.ms`` (300 s), after which the group has taken the partitions anyway."""
 FETCH_CLOCK_MAX_TICK_MS = 5000
 """The most one loop iteration advances the fetch clock (see ``AsrWorker._tick_fetch_clock``):
 a stall of the loop (commit retries, a checkpoint read) is not a publisher going silent."""
@@ -125,18 +133,17 @@ def default_worker_id() -> str:
 
 @dataclass(slots=True)
 class WorkerStatus:
-    """What readiness and tests look at; written by the loop's thread only."""
+    """What readiness, liveness, tests and the transport benchmark (``commits``) read; written
+    by the loop's thread only."""
 
     model_loaded: bool = False
     assigned: frozenset[int] = frozenset()
     paused: bool = False
     thinning: bool = False
     running: bool = False
-    last_iteration_s: float = 0.0  # monotonic time the loop last finished an iteration
+    last_progress_s: float = 0.0  # monotonic time of the loop's last progress (LOOP_STALL_S)
     commits: int = 0
-    finals: int = 0
     dead_letters: int = 0
-    events: dict[str, int] = field(default_factory=dict)
 
 
 class AsrWorker:
@@ -160,9 +167,7 @@ class AsrWorker:
         self.worker_id = settings.worker.worker_id or default_worker_id()
         prefix = settings.kafka.topic_prefix
         self._topics = {role: topic_name(role.value, prefix) for role in TopicRole}
-        self._admission = Admission(
-            AdmissionLimits(self._worker.max_call_ms, self._worker.max_open_sessions)
-        )
+        self._admission = Admission(AdmissionLimits.of(self._worker))
         self._partitions: dict[int, PartitionProgress] = {}
         self._session_partition: dict[SessionKey, int] = {}
         # Ended sessions still remembered (late chunks refused), oldest end first: key →
@@ -180,7 +185,9 @@ class AsrWorker:
         self._outbox: list[_Record] = []
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
-        self._shutdown_deadline: float | None = None  # monotonic, once stopping
+        # The shutdown bound's end (monotonic s) once stopping, None while running: commit
+        # retries stop there (the next owner replays what is not committed).
+        self._shutdown_deadline: float | None = None
         self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
         self._skipped_partials = False  # whether the last step was one without partials
         # Chunk outcomes since the last commit, counted in the metrics when that commit succeeds:
@@ -205,22 +212,22 @@ class AsrWorker:
         self._start_shutdown_clock()
         self._stop.set()
 
-    def notify_dependency(self, dependency: str, up: bool, detail: str = "") -> None:
+    def notify_dependency(self, dependency: Dependency, up: bool, detail: str = "") -> None:
         """Another thread saw a dependency (Redis) go down or come back (thread-safe).
 
         The loop turns it into a ``dependency_down/up`` event and the dependency metric.
         """
         self._metrics.set_dependency_up(dependency, up)
         kind = EventType.DEPENDENCY_UP if up else EventType.DEPENDENCY_DOWN
-        self._notices.put((kind, {"dependency": dependency, "detail": detail}))
+        self._notices.put((kind, {"dependency": dependency.value, "detail": detail}))
 
-    def notify_hotwords(self, scope: str, tenant: str, call_id: str | None, version: int) -> None:
+    def notify_hotwords(self, scope: Scope, tenant: str, call_id: str | None, version: int) -> None:
         """A hotword list changed in this worker (thread-safe): metric + event."""
         self._metrics.count_hotword_update(scope)
         self._notices.put(
             (
                 EventType.HOTWORDS_UPDATED,
-                {"scope": scope, "tenant": tenant, "call_id": call_id, "version": version},
+                {"scope": scope.value, "tenant": tenant, "call_id": call_id, "version": version},
             )
         )
 
@@ -232,14 +239,14 @@ class AsrWorker:
         """Run until stopped. Raises InfrastructureError on a fatal Kafka error."""
         kafka = self._settings.kafka
         self._tx = self._transactional_producer()
-        self._partials = Producer(partials_producer_config(kafka, self.worker_id))
+        self._partials = new_producer(partials_producer_config(kafka, self.worker_id))
         try:
             self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
         except KafkaException as error:
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
-        self._consumer = Consumer(consumer_config(kafka, self._worker, self.worker_id))
+        self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
         self.status.model_loaded = True
-        self.status.last_iteration_s = time.monotonic()
+        self._progressed()
         self.status.running = True
         self._event(EventType.MODEL_LOADED, detail=dict(self._model_facts))
         self._event(EventType.WORKER_STARTED, detail={"worker_id": self.worker_id})
@@ -296,17 +303,21 @@ class AsrWorker:
         self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
-        self.status.last_iteration_s = time.monotonic()
+        self._progressed()
+
+    def _progressed(self) -> None:
+        """The loop is not stuck: an iteration finished, or a Kafka call returned."""
+        self.status.last_progress_s = time.monotonic()
 
     def stalled(self) -> str | None:
-        """Why the loop looks stuck (no iteration finished for ``LOOP_STALL_S``), or None;
-        thread-safe, for ``/healthz``. Before the loop runs (loading) it is not stuck."""
+        """Why the loop looks stuck (no progress for ``LOOP_STALL_S``), or None; thread-safe,
+        for ``/healthz``. Before the loop runs (loading) it is not stuck."""
         if not self.status.running:
             return None
-        since_s = time.monotonic() - self.status.last_iteration_s
+        since_s = time.monotonic() - self.status.last_progress_s
         if since_s <= LOOP_STALL_S:
             return None
-        return f"the worker loop finished no iteration for {since_s:.0f} s"
+        return f"the worker loop made no progress for {since_s:.0f} s"
 
     def _catching_up(self) -> bool:
         """Still reading an assignment's backlog: its partitions are more than a poll batch
@@ -347,11 +358,6 @@ class AsrWorker:
             return TRANSACTION_TIMEOUT_S
         left = self._shutdown_deadline - time.monotonic()
         return max(0.1, min(TRANSACTION_TIMEOUT_S, left))
-
-    def _stop_deadline(self) -> float | None:
-        """When the shutdown bound ends (monotonic s), once stopping: retries stop there (the
-        next owner replays what is not committed); None while running."""
-        return self._shutdown_deadline
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
@@ -508,7 +514,7 @@ class AsrWorker:
         elif isinstance(output, Final):
             self._produce_final(output)
         elif isinstance(output, Suppressed):
-            self._metrics.count_suppressed_hallucination(output.guard.value)
+            self._metrics.count_suppressed_hallucination(output.guard)
             if output.final:
                 progress = self._session_progress(output.key)
                 if progress is not None and progress.finals_suppressed is not None:
@@ -545,7 +551,6 @@ class AsrWorker:
         if progress is not None and progress.finals_published is not None:
             progress.finals_published += 1
         self._finalized(key, final.utterance_index)
-        self.status.finals += 1
         self._finals_in_tx.append(final)
         self._commit_needed = True
 
@@ -621,7 +626,6 @@ class AsrWorker:
         )
         record_key = (event.call_id or self.worker_id).encode()
         self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
-        self.status.events[kind.value] = self.status.events.get(kind.value, 0) + 1
 
     def _sample_gpu(self) -> None:
         if not self._gpu:
@@ -707,12 +711,14 @@ class AsrWorker:
                         offsets, metadata, timeout_s
                     ),
                     timeout_s=self._call_timeout_s,
-                    cut_off=self._stop_deadline,
+                    cut_off=lambda: self._shutdown_deadline,
+                    progress=self._progressed,
                 )
             _transactional(
                 producer.commit_transaction,
                 timeout_s=self._call_timeout_s,
-                cut_off=self._stop_deadline,
+                cut_off=lambda: self._shutdown_deadline,
+                progress=self._progressed,
             )
         except (KafkaException, _StuckCallError) as error:
             self._outbox.clear()
@@ -727,7 +733,7 @@ class AsrWorker:
         self.status.commits += 1
         self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
-        self._metrics.set_dependency_up("kafka", True)
+        self._metrics.set_dependency_up(Dependency.KAFKA, True)
         committed_ms = self._clock.now_ms()
         for final in self._finals_in_tx:
             if final.capture_ms is not None:
@@ -867,14 +873,14 @@ class AsrWorker:
             kafka_error = error.args[0]
             _raise_if_fenced(kafka_error)
             if kafka_error.code() in _UNREACHABLE:
-                self._metrics.set_dependency_up("kafka", False)
+                self._metrics.set_dependency_up(Dependency.KAFKA, False)
             if kafka_error.fatal():
                 cause = RewindCause.FATAL
             else:
                 logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
                 producer = self._tx
                 try:
-                    _transactional(producer.abort_transaction)
+                    _transactional(producer.abort_transaction, progress=self._progressed)
                     cause = RewindCause.FAILED
                 except KafkaException as abort_error:
                     # A broker restarted mid-transaction can leave the producer in a state it
@@ -892,7 +898,7 @@ class AsrWorker:
     def _transactional_producer(self) -> Any:
         """Finals, events, checkpoints and dead letters go through it (stable transactional id)."""
         kafka = self._settings.kafka
-        return Producer(transactional_producer_config(kafka, self._worker, self.worker_id))
+        return new_producer(transactional_producer_config(kafka, self._worker, self.worker_id))
 
     def _replace_producer(self) -> None:
         """A new transactional producer with the same transactional id.
@@ -905,7 +911,7 @@ class AsrWorker:
         """
         self._tx = producer = self._transactional_producer()
         try:
-            _transactional(producer.init_transactions)
+            _transactional(producer.init_transactions, progress=self._progressed)
         except (KafkaException, _StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
@@ -923,7 +929,7 @@ class AsrWorker:
             )
 
         try:
-            _retrying(read_committed_offsets)
+            _retrying(read_committed_offsets, progress=self._progressed)
         except KafkaException as error:
             raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
         for tp in committed:
@@ -1116,7 +1122,7 @@ class AsrWorker:
         if not partitions:
             return {}
         topic = self._topics[TopicRole.CHECKPOINTS]
-        reader = Consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
+        reader = new_consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
         latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
         try:
             ends: dict[int, int] = {}
@@ -1130,6 +1136,7 @@ class AsrWorker:
                     raise InfrastructureError(
                         f"cannot read the checkpoints of partition {partition}: {error}"
                     ) from None
+                self._progressed()
                 if high > low:
                     ends[partition] = high
                     starts.append(TopicPartition(topic, partition, low))
@@ -1151,6 +1158,7 @@ class AsrWorker:
                     except ValueError as error:
                         logger.warning("skipping malformed checkpoint: %s", error)
                 positions = reader.position([TopicPartition(topic, p) for p in ends])
+                self._progressed()
                 for position in positions:
                     if position.offset >= ends[position.partition]:
                         del ends[position.partition]
@@ -1191,16 +1199,20 @@ def _retrying(
     operation: Callable[[], object],
     deadline_s: float = RETRY_DEADLINE_S,
     cut_off: Callable[[], float | None] = lambda: None,
+    progress: Callable[[], None] = lambda: None,
 ) -> None:
     """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
     restarting) for ``deadline_s``, and never past ``cut_off()`` (monotonic s, asked after each
-    failure: a shutdown that begins meanwhile ends the retries); other errors propagate."""
+    failure: a shutdown that begins meanwhile ends the retries); other errors propagate.
+    ``progress()`` is called after every try that returned or raised a Kafka error."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
             operation()
+            progress()
             return
         except KafkaException as error:
+            progress()
             cut = cut_off()
             last = deadline if cut is None else min(deadline, cut)
             if not error.args[0].retriable() or time.monotonic() > last:
@@ -1214,15 +1226,17 @@ def _transactional(
     *,
     timeout_s: Callable[[], float] = lambda: TRANSACTION_TIMEOUT_S,
     cut_off: Callable[[], float | None] = lambda: None,
+    progress: Callable[[], None] = lambda: None,
 ) -> None:
     """A transactional librdkafka call, given ``timeout_s()`` (asked at each try) as its
-    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``)."""
+    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``, which
+    reports each try to ``progress``)."""
 
     def attempt() -> None:
         bound_s = timeout_s()
         _bounded(lambda: call(bound_s), bound_s)
 
-    _retrying(attempt, cut_off=cut_off)
+    _retrying(attempt, cut_off=cut_off, progress=progress)
 
 
 class _StuckCallError(InfrastructureError):

@@ -24,6 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pipeline.contracts.audio_chunk import RejectReason
+from pipeline.settings import WorkerSettings
 
 __all__ = [
     "Admission",
@@ -54,12 +55,20 @@ class Decision:
     new_session: bool = False
 
 
+_WORKER_DEFAULTS = WorkerSettings()
+
+
 @dataclass(frozen=True, slots=True)
 class AdmissionLimits:
-    """Per-worker limits (0 = unlimited)."""
+    """Per-worker limits (0 = unlimited); the defaults are ``WorkerSettings``'s."""
 
-    max_call_ms: int = 4 * 3600 * 1000
-    max_open_sessions: int = 2000
+    max_call_ms: int = _WORKER_DEFAULTS.max_call_ms
+    max_open_sessions: int = _WORKER_DEFAULTS.max_open_sessions
+
+    @classmethod
+    def of(cls, worker: WorkerSettings) -> AdmissionLimits:
+        """The limits ``worker`` sets."""
+        return cls(worker.max_call_ms, worker.max_open_sessions)
 
 
 @dataclass(slots=True)

@@ -10,16 +10,23 @@ from typing import Any
 import pytest
 
 from pipeline import settings as settings_module
+from pipeline.asr.factory import TENANT_ENDPOINTS_ENV
+from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES
 from pipeline.errors import ConfigError
+from pipeline.replay.runner import ReplayOptions
 from pipeline.settings import (
+    AsrSettings,
     MetricsSettings,
     Settings,
+    WorkerSettings,
     describe_settings,
+    env_variable,
     load_settings,
     mask_url_passwords,
     masked_client_config,
     validate_settings,
 )
+from pipeline.worker.admission import AdmissionLimits
 
 
 def test_defaults_without_file_or_environment() -> None:
@@ -341,3 +348,15 @@ def _fields(cls: type[Any], path: str) -> Iterator[tuple[str, dataclasses.Field[
             yield from _fields(getattr(settings_module, spec.type), name)
         else:
             yield name, spec
+
+
+def test_the_worker_defaults_are_written_once() -> None:
+    worker = WorkerSettings()
+    assert AdmissionLimits() == AdmissionLimits.of(worker)
+    replay = ReplayOptions()
+    assert replay.limits == AdmissionLimits.of(worker)
+    assert replay.max_chunk_bytes == worker.max_chunk_bytes == DEFAULT_MAX_PAYLOAD_BYTES
+    assert replay.idle_timeout_ms == worker.idle_timeout_ms
+    assert env_variable(AsrSettings, "tenant_endpoints") == TENANT_ENDPOINTS_ENV
+    with pytest.raises(KeyError, match="no_such"):
+        env_variable(AsrSettings, "no_such")

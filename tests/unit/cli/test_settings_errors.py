@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import faulthandler
-import logging
-import signal
 from pathlib import Path
 
 import pytest
@@ -96,14 +93,6 @@ def test_a_settings_file_that_is_not_utf8_is_one_line(
     path.write_bytes('[worker]\ngroup_id = "café"\n'.encode("latin-1"))
     assert main([*NO_BROKER, "--config", str(path), "config"]) == 2
     assert "not UTF-8" in one_error_line(capsys)
-
-
-@pytest.fixture
-def _worker_leaves_signals_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``worker`` installs process-wide handlers before it reads settings; keep ours."""
-    monkeypatch.setattr(signal, "signal", lambda *_: None)
-    monkeypatch.setattr(faulthandler, "register", lambda *_, **__: None)
-    monkeypatch.setattr(logging, "basicConfig", lambda **_: None)
 
 
 @pytest.mark.usefixtures("_worker_leaves_signals_alone")

@@ -181,4 +181,4 @@ def test_a_port_outside_the_tcp_range_is_a_config_error_not_an_overflow(port: in
 def test_a_kafka_probe_on_client_settings_librdkafka_refuses_is_a_config_error() -> None:
     settings = KafkaSettings(bootstrap_servers="127.0.0.1:1", client={"no.such.prop": "1"})
     with pytest.raises(ConfigError, match="invalid Kafka client settings"):
-        KafkaProbe(settings)
+        KafkaProbe(settings, timeout_s=1.0)

@@ -10,8 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from pipeline.asr.guards import Guard
 from pipeline.cli import main
 from pipeline.contracts import RejectReason
+from pipeline.hotwords.model import Scope
 from pipeline.runtime.metrics import (
     CATALOGUE,
     DURATION_BUCKETS_S,
@@ -19,8 +21,6 @@ from pipeline.runtime.metrics import (
     Dependency,
     DurationKind,
     GpuSample,
-    HallucinationGuard,
-    HotwordScope,
     MetricType,
     WorkerMetrics,
     catalogue_markdown,
@@ -44,8 +44,8 @@ def _exercised() -> WorkerMetrics:
     metrics.set_partition_lag(0, 42)
     metrics.set_paused_partitions(1)
     metrics.count_dead_letter(RejectReason.ODD_BYTE_COUNT)
-    metrics.count_suppressed_hallucination(HallucinationGuard.NO_SPEECH)
-    metrics.count_hotword_update(HotwordScope.TENANT)
+    metrics.count_suppressed_hallucination(Guard.NO_SPEECH)
+    metrics.count_hotword_update(Scope.TENANT)
     metrics.count_thinned_partials(2)
     metrics.set_dependency_up(Dependency.KAFKA, True)
     metrics.set_model("whisper-tiny.en", "cpu", "float32")
@@ -101,6 +101,18 @@ def test_closed_label_sets_are_exposed_at_zero_before_any_event() -> None:
     assert _value(metrics, "asr_duration_seconds_count", kind="chunk_to_partial") == 0
     # "down" must not be claimed before the first probe.
     assert _value(metrics, "streamscribe_dependency_up", dependency="kafka") is None
+
+
+def test_domain_labels_take_exactly_the_values_their_producers_can_emit() -> None:
+    # A label copied from a domain enum drifts: series that can never move (always 0) are
+    # pre-created and documented, and a value the domain adds is refused at run time.
+    labels = {(spec.name, label.name): label.values for spec in CATALOGUE for label in spec.labels}
+    assert labels["asr_hallucinations_suppressed_total", "guard"] == tuple(g.value for g in Guard)
+    assert labels["asr_hotword_updates_total", "scope"] == tuple(s.value for s in Scope)
+    metrics = WorkerMetrics(CollectorRegistry())
+    for guard in Guard:
+        assert _value(metrics, "asr_hallucinations_suppressed_total", guard=guard.value) == 0
+    assert _value(metrics, "asr_hallucinations_suppressed_total", guard="vad_gate") is None
 
 
 def test_label_values_outside_their_enum_are_refused() -> None:

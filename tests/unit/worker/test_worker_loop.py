@@ -20,7 +20,7 @@ from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
 from pipeline.errors import InfrastructureError
 from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
-from pipeline.runtime.metrics import WorkerMetrics
+from pipeline.runtime.metrics import Dependency, WorkerMetrics
 from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
 from pipeline.settings import Settings, WorkerSettings
 from pipeline.worker.checkpoint import decode_checkpoint, encode_key
@@ -377,11 +377,11 @@ def test_a_loop_that_stops_iterating_is_reported_stalled(monkeypatch: Any) -> No
     worker, _ = _worker(ManualClock(1_000_000))
     assert worker.stalled() is None  # not running yet: loading is not a stall
     worker.status.running = True
-    worker.status.last_iteration_s = 1000.0
+    worker.status.last_progress_s = 1000.0
     monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1000.0 + LOOP_STALL_S)
     assert worker.stalled() is None
     monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1001.0 + LOOP_STALL_S)
-    assert "no iteration for 361 s" in (worker.stalled() or "")
+    assert "no progress for 361 s" in (worker.stalled() or "")
 
 
 def test_an_ended_call_is_not_forgotten_while_a_replay_would_still_read_it() -> None:
@@ -452,7 +452,7 @@ def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_wo
 def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> None:
     worker, producer = _worker(ManualClock(1_000_000))
     worker._handle(_chunk("c1", 0, 0))  # stages session_started (of partition 0)
-    worker.notify_dependency("redis", up=False, detail="connection refused")
+    worker.notify_dependency(Dependency.REDIS, up=False, detail="connection refused")
     worker._drain_notices()
     worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
     worker._commit()
@@ -516,6 +516,42 @@ def test_chunks_handled_again_after_a_rewind_are_counted_once() -> None:
     assert registry.get_sample_value("asr_request_total", {"outcome": "rejected"}) == 1
     assert registry.get_sample_value("asr_request_total", {"outcome": "ok"}) == 3
     assert worker.status.dead_letters == 1
+
+
+def test_a_recovery_longer_than_the_stall_limit_is_no_stall_while_its_calls_return(
+    monkeypatch: Any,
+) -> None:
+    # A broker restart: the failed commit's abort and the committed-offsets read each take
+    # minutes of retries; together they outlast LOOP_STALL_S, and /healthz must not restart a
+    # worker that is recovering.
+    now = [1000.0]
+    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: now[0])
+    worker, _ = _worker(ManualClock(1_000_000))
+    worker.status.running = True
+    worker.status.last_progress_s = now[0]
+    step_s = LOOP_STALL_S * 0.6
+
+    class _SlowAbort(_FailingOnce):
+        def abort_transaction(self, *_: Any) -> None:
+            now[0] += step_s
+            super().abort_transaction()
+
+    seen: list[str | None] = []
+
+    def committed(partitions: Any, timeout: float) -> list[TopicPartition]:
+        now[0] += step_s
+        seen.append(worker.stalled())
+        return [TopicPartition("audio.chunks", 0, -1001)]
+
+    worker._tx = _SlowAbort()
+    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._consumer.committed = committed
+    worker._consumer.seek = lambda tp: None
+    worker._handle(_chunk("c1", 0, 0))
+    worker._commit()
+    assert seen == [None]  # 1.2 × LOOP_STALL_S into the commit, the abort returned 0.6 ago
+    now[0] += LOOP_STALL_S + 1
+    assert "no progress" in (worker.stalled() or "")
 
 
 class _Timed(_Producer):

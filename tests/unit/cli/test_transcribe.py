@@ -1,0 +1,73 @@
+"""``transcribe`` without a model: how it feeds the engine and paces ``--realtime`` input."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+import soundfile
+
+from pipeline.asr.session import SessionKey
+from pipeline.cli import main, transcribe
+from pipeline.text import format_span_ms
+
+
+class _Engine:
+    """Takes chunks, decodes nothing."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[SessionKey, object] = {}
+        self.capture_ms: list[int | None] = []
+
+    def accept(self, key: SessionKey, samples: Any, rate: int, **chunk: Any) -> None:
+        self.capture_ms.append(chunk["capture_ms"])
+
+    def step(self) -> list[object]:
+        return []
+
+
+class _Pacer:
+    offsets_ms: ClassVar[list[float]] = []  # of every instance: transcribe makes its own
+
+    def wait_until(self, offset_ms: float) -> None:
+        self.offsets_ms.append(offset_ms)
+
+
+@pytest.fixture
+def engine(monkeypatch: pytest.MonkeyPatch) -> _Engine:
+    fake = _Engine()
+    monkeypatch.setattr(
+        "pipeline.asr.factory.build_engine", lambda *_, **__: types.SimpleNamespace(engine=fake)
+    )
+    monkeypatch.setattr(transcribe, "Pacer", _Pacer)
+    _Pacer.offsets_ms = []
+    return fake
+
+
+def test_realtime_input_is_paced_on_the_monotonic_pacer(tmp_path: Path, engine: _Engine) -> None:
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(8000, np.int16), 16000, subtype="PCM_16")  # 500 ms
+    assert main(["transcribe", "--realtime", "--chunk-ms", "100", str(path)]) == 0
+    assert _Pacer.offsets_ms == [0, 100, 200, 300, 400, 500]
+    first = engine.capture_ms[0]
+    assert first is not None
+    assert engine.capture_ms == [first + offset for offset in range(0, 500, 100)]
+
+
+def test_without_realtime_nothing_waits(tmp_path: Path, engine: _Engine) -> None:
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(8000, np.int16), 16000, subtype="PCM_16")
+    assert main(["transcribe", "--chunk-ms", "100", str(path)]) == 0
+    assert _Pacer.offsets_ms == [0]  # the anchor returns at once
+    assert engine.capture_ms == [None] * 5
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [(0, "00:00.00"), (1_239, "00:01.23"), (61_005, "01:01.00"), (3_600_000, "60:00.00")],
+)
+def test_spans_are_minutes_seconds_and_hundredths(ms: int, text: str) -> None:
+    assert format_span_ms(ms) == text
