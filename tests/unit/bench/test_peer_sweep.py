@@ -93,6 +93,21 @@ def test_summary_ratio_and_wer_pooled_over_the_common_counts() -> None:
     assert pooled["difference_points"] == 0
 
 
+def test_the_peer_is_judged_at_its_best_on_each_axis() -> None:
+    # The short-hop variant sustains more channels, the 1 s one writes fewer errors: the ratio
+    # is taken against the first, the WER against the second.
+    ours = [level(1, 0.3, True), level(2, 0.4, True), level(8, 1.0, True, errors=3)]
+    short_hop = [level(1, 1.0, True, errors=4), level(2, 1.4, True, errors=4)]
+    long_hop = [level(1, 1.6, False, errors=1), level(2, 2.0, False, errors=1)]
+    summary = summarize({"streamscribe": ours, "peer": short_hop, "peer-1s": long_hop})
+    assert summary["capacity_peer"] == "peer"
+    assert summary["channel_ratio"] == 4
+    pooled = summary["wer_pooled"]
+    assert pooled["peer_variant"] == "peer-1s"
+    assert (pooled["streamscribe"], pooled["peer"]) == (0.0, 2 / 200)
+    assert pooled["by_peer"]["peer"]["peer"] == 8 / 200
+
+
 def run_entry(channels: int, p95: float, sustained: bool) -> dict[str, Any]:
     stats = {"n": 10, "p50": p95 / 2, "p95": p95, "p99": p95, "mean": p95 / 2, "max": p95}
     return {
