@@ -511,7 +511,8 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             None if ours["first_failing_channels"] is None else ours["first_failing_channels"] - 1
         )
         summary["channel_ratio_bounds"] = [
-            ours["sustained_channels"] / peer_max if peer_max else None,
+            # A peer that sustains no N tried has a capacity below its smallest N (1 channel).
+            ours["sustained_channels"] / (peer_max or 1) if peer_max is not None else None,
             ours_max / peer["sustained_channels"]
             if ours_max is not None and peer["sustained_channels"]
             else None,
@@ -586,7 +587,9 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
             f"system's capacity somewhere between its sustained N and its first failing N − 1, "
             f"the ratio lies between {fmt(low, 2)}× and {fmt(high, 2)}× (— = unbounded)."
             if summary["channel_ratio"] is not None
-            else "Ratio undefined: the peer sustained none of the channel counts tried."
+            else f"Ratio undefined at the grid's resolution: {summary['capacity_peer']} "
+            f"sustained none of the channel counts tried, so its capacity is below 1 channel and "
+            f"the ratio above {fmt(low, 2)}×."
         )
         parts.append(
             f"{ratio} WER against {pooled['peer_variant']} (the peer variant with the lowest), "

@@ -108,6 +108,14 @@ def test_the_peer_is_judged_at_its_best_on_each_axis() -> None:
     assert pooled["by_peer"]["peer"]["peer"] == 8 / 200
 
 
+def test_a_peer_sustaining_nothing_bounds_the_ratio_by_one_channel() -> None:
+    ours = [level(1, 0.3, True), level(8, 1.0, True), level(16, 2.0, False)]
+    peer = [level(1, 1.6, False), level(2, 1.7, False)]
+    summary = summarize({"streamscribe": ours, "peer": peer})
+    assert summary["channel_ratio"] is None
+    assert summary["channel_ratio_bounds"] == [8.0, None]
+
+
 def run_entry(channels: int, p95: float, sustained: bool) -> dict[str, Any]:
     stats = {"n": 10, "p50": p95 / 2, "p95": p95, "p99": p95, "mean": p95 / 2, "max": p95}
     return {
