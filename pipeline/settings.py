@@ -194,6 +194,13 @@ class AsrSettings:
     min_window_ms: int = setting(
         10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)", minimum=0, maximum=30000
     )
+    partial_min_window_ms: int = setting(
+        5000,
+        "PARTIAL_MIN_WINDOW_MS",
+        "shortest decoding window of a partial; finals keep MIN_WINDOW_MS (the smaller applies)",
+        minimum=0,
+        maximum=30000,
+    )
     vad_threshold: float = setting(
         0.5,
         "VAD_THRESHOLD",

@@ -527,7 +527,7 @@ class StreamingEngine:
                 assert utterance is not None
                 audio = session.audio(utterance.start_samples, job.end_samples)
                 request = RecognitionRequest(
-                    audio, committed=utterance.agreement.committed, bias=bias
+                    audio, committed=utterance.agreement.committed, bias=bias, partial=True
                 )
             requests.append(request)
             planned.append(request)

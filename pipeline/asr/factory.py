@@ -160,6 +160,7 @@ def build_engine(
             device=device,
             margin_ms=settings.margin_ms,
             min_window_ms=settings.min_window_ms,
+            partial_min_window_ms=settings.partial_min_window_ms,
         )
     )
     tokenizer = recognizer.model.tokenizer

@@ -52,12 +52,15 @@ class RecognitionRequest:
     decoding prefix (their tokens are not searched again) and come back first in the result.
     ``prompt`` is text that conditions decoding as Whisper's previous-text prompt; the engine
     never sets it (hotwords bias the search instead), the hotword benchmark compares against it.
+    ``partial``: the hypothesis only feeds a live partial (a final decodes the audio again), so
+    the recognizer may trade some accuracy for speed (Whisper: a shorter minimum window).
     """
 
     audio: npt.NDArray[np.float32]
     committed: tuple[RecognizedWord, ...] = ()
     prompt: str = ""
     with_word_timings: bool = False
+    partial: bool = False
     bias: TokenBias | None = field(default=None, compare=False)
 
 

@@ -4,7 +4,11 @@ Each request's window is its audio plus a silent margin (``margin_ms``, default 
 tight to the audio often never emits end-of-text), rounded up to ``window_step_ms`` and at least
 ``min_window_ms`` (10 s: shorter windows made tiny.en loop on 4 of 36 fixture clips, 12.9 % WER
 against 7.9 % with 10 s, measured in tests/integration/test_whisper_parity.py; a 10 s window
-costs ~50 ms of encoder on 2 CPU threads against ~210 ms for Whisper's 30 s). All windows of
+costs ~50 ms of encoder on 2 CPU threads against ~210 ms for Whisper's 30 s). A partial's
+window is at least ``partial_min_window_ms`` (5 s): its text is revised and then replaced by the
+final's, and at 16 live channels on 2 cores the cheaper partials took the P95 chunk → view
+latency from 2.6 s to 1.6 s (``bench.engine_concurrency``; finals at 5 s would cost 0.8 points of
+WER, ``bench.engine_wer``). All windows of
 one call are encoded in one batch (the encoder masks each window's padding) and decoded greedily
 in one batch; finals (``with_word_timings``) get cross-attention word timings.
 """
@@ -45,6 +49,7 @@ class WhisperSettings:
     device: str = "cpu"
     margin_ms: int = 2000
     min_window_ms: int = 10000
+    partial_min_window_ms: int = 5000
     window_step_ms: int = 1000
     max_words_per_second: float = 6.0
 
@@ -77,12 +82,16 @@ class WhisperRecognizer:
     def model(self) -> WhisperModel:
         return self._model
 
-    def _window_frames(self, n_samples: int) -> tuple[int, int]:
-        """(content frames, window frames) of a request of ``n_samples`` audio samples."""
+    def _window_frames(self, n_samples: int, partial: bool = False) -> tuple[int, int]:
+        """(content frames, window frames) of a request of ``n_samples`` audio samples; a
+        partial's window may be shorter (``partial_min_window_ms``)."""
         content = max(1, n_samples // SAMPLES_PER_FRAME)
         step = self._settings.window_step_ms // 10
         margin = self._settings.margin_ms // 10
-        window = max(-(-(content + margin) // step) * step, self._settings.min_window_ms // 10)
+        shortest_ms = self._settings.min_window_ms
+        if partial:
+            shortest_ms = min(shortest_ms, self._settings.partial_min_window_ms)
+        window = max(-(-(content + margin) // step) * step, shortest_ms // 10)
         return min(content, MAX_WINDOW_FRAMES), min(window, MAX_WINDOW_FRAMES)
 
     def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Recognition]:
@@ -93,7 +102,7 @@ class WhisperRecognizer:
         with torch.inference_mode():
             mels, contents = [], []
             for request in requests:
-                content, window = self._window_frames(len(request.audio))
+                content, window = self._window_frames(len(request.audio), request.partial)
                 padded = np.zeros(window * SAMPLES_PER_FRAME, dtype=np.float32)
                 audio = request.audio[: window * SAMPLES_PER_FRAME]
                 padded[: len(audio)] = audio

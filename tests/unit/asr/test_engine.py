@@ -460,6 +460,17 @@ def test_partials_commit_what_two_hypotheses_agree_on() -> None:
     assert all(p.tentative_text for p in got)
 
 
+def test_only_the_partials_requests_are_marked_partial() -> None:
+    # The recognizer may decode a partial's window cheaper; a final (and a final decoded ahead)
+    # must get the full treatment.
+    engine, fake = make_engine()
+    run(engine, signal(10, 150, 30))
+    assert {(r.partial, r.with_word_timings) for r in fake.requests} == {
+        (True, False),
+        (False, True),
+    }
+
+
 def test_no_partials_when_disabled() -> None:
     engine, fake = make_engine(partials=False)
     outputs = run(engine, signal(10, 150, 30))

@@ -25,6 +25,7 @@ from pipeline.asr.whisper.decoding import (
 )
 from pipeline.asr.whisper.model import WhisperConfig, WhisperDims, WhisperModel, bundled_model_dir
 from pipeline.asr.whisper.tokenizer import load_tokenizer
+from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.errors import ConfigError
 
 NO_GUARDS = DecodingOptions(max_words_per_second=None, repetition_guard=False)
@@ -197,6 +198,17 @@ def test_repeated_sentence_is_cut_back_to_one(model: WhisperModel) -> None:
     (result,) = decode(model, [mel(400, 10)], options, biases=[ForceTokens(sentence)])
     assert result.stop_reason is StopReason.REPETITION
     assert list(result.tokens) == sentence
+
+
+def test_a_partials_window_may_be_shorter_than_a_finals(model: WhisperModel) -> None:
+    settings = WhisperSettings(margin_ms=2000, min_window_ms=10000, partial_min_window_ms=5000)
+    recognizer = WhisperRecognizer(settings, model=model)
+    two_s = 32000  # samples at 16 kHz
+    assert recognizer._window_frames(two_s) == (200, 1000)
+    assert recognizer._window_frames(two_s, partial=True) == (200, 500)
+    # Past the minimum, both follow the audio (+ margin, rounded up to a second).
+    assert recognizer._window_frames(4 * two_s, partial=True) == (800, 1000)
+    assert recognizer._window_frames(6 * two_s, partial=True) == (1200, 1400)
 
 
 @pytest.mark.parametrize(
