@@ -373,7 +373,10 @@ def measure(
     torch.set_num_threads(threads)
     recognizer = WhisperRecognizer(
         WhisperSettings(
-            device=device, margin_ms=settings.margin_ms, min_window_ms=settings.min_window_ms
+            device=device,
+            margin_ms=settings.margin_ms,
+            min_window_ms=settings.min_window_ms,
+            partial_min_window_ms=settings.partial_min_window_ms,
         )
     )
     engine = StreamingEngine(recognizer, vad, engine_config(settings))

@@ -143,6 +143,7 @@ class Streamscribe:
                 device="cpu",
                 margin_ms=self._settings.margin_ms,
                 min_window_ms=self._settings.min_window_ms,
+                partial_min_window_ms=self._settings.partial_min_window_ms,
             )
         )
         self._model_id = recognizer.model_id
@@ -159,6 +160,7 @@ class Streamscribe:
             "min_decode_ms": config.min_decode_ms,
             "max_batch": config.max_batch,
             "min_window_ms": self._settings.min_window_ms,
+            "partial_min_window_ms": self._settings.partial_min_window_ms,
             "margin_ms": self._settings.margin_ms,
             "endpoint_silence_ms": self._settings.endpoint_silence_ms,
             "max_step_jobs": self._max_step_jobs,
