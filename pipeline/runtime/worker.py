@@ -37,7 +37,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,14 @@ from pipeline.runtime.metrics import (
     RewindCause,
     WorkerMetrics,
 )
+from pipeline.runtime.transactions import (
+    TRANSACTION_TIMEOUT_S,
+    UNREACHABLE,
+    StuckCallError,
+    raise_if_fenced,
+    retrying,
+    transactional,
+)
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
@@ -100,13 +108,6 @@ __all__ = ["AsrWorker", "WorkerStatus", "default_worker_id"]
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_READ_TIMEOUT_S = 30.0
-TRANSACTION_TIMEOUT_S = 30.0
-RETRY_DEADLINE_S = 120.0
-"""How long a transactional call is retried on retriable errors (a broker restarting), except
-while shutting down, when the rest of the shutdown bound is all there is."""
-# How long past its own timeout a transactional call may block before the producer is given up
-# as stuck (see ``_bounded``).
-STUCK_GRACE_S = 5.0
 LOOP_STALL_S = 360.0
 """No progress for this long means the loop is stuck (a hung native call, a wedged GPU):
 ``/healthz`` then fails and the pod is restarted. Progress is an iteration finished, or a Kafka
@@ -706,7 +707,7 @@ class AsrWorker:
                 )
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
-                _transactional(
+                transactional(
                     lambda timeout_s: producer.send_offsets_to_transaction(
                         offsets, metadata, timeout_s
                     ),
@@ -714,13 +715,13 @@ class AsrWorker:
                     cut_off=lambda: self._shutdown_deadline,
                     progress=self._progressed,
                 )
-            _transactional(
+            transactional(
                 producer.commit_transaction,
                 timeout_s=self._call_timeout_s,
                 cut_off=lambda: self._shutdown_deadline,
                 progress=self._progressed,
             )
-        except (KafkaException, _StuckCallError) as error:
+        except (KafkaException, StuckCallError) as error:
             self._outbox.clear()
             self._finals_in_tx.clear()
             self._uncommitted = _UncommittedCounts()  # the rewind handles them again
@@ -864,15 +865,15 @@ class AsrWorker:
             if progress is not None:
                 self._stage(topic, key=encode_key(key), value=None, partition=partition)
 
-    def _transaction_failed(self, error: KafkaException | _StuckCallError) -> None:
+    def _transaction_failed(self, error: KafkaException | StuckCallError) -> None:
         """Abort (or replace a stuck or broken producer) and rewind: drop in-RAM state and
         replay from the committed offsets and checkpoints. Being fenced is raised: another
         worker with this worker's id owns its transactions now."""
         cause = RewindCause.STUCK
         if isinstance(error, KafkaException):
             kafka_error = error.args[0]
-            _raise_if_fenced(kafka_error)
-            if kafka_error.code() in _UNREACHABLE:
+            raise_if_fenced(kafka_error)
+            if kafka_error.code() in UNREACHABLE:
                 self._metrics.set_dependency_up(Dependency.KAFKA, False)
             if kafka_error.fatal():
                 cause = RewindCause.FATAL
@@ -880,14 +881,14 @@ class AsrWorker:
                 logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
                 producer = self._tx
                 try:
-                    _transactional(producer.abort_transaction, progress=self._progressed)
+                    transactional(producer.abort_transaction, progress=self._progressed)
                     cause = RewindCause.FAILED
                 except KafkaException as abort_error:
                     # A broker restarted mid-transaction can leave the producer in a state it
                     # cannot leave (INVALID_TXN_STATE, fatal): a new producer can.
-                    _raise_if_fenced(abort_error.args[0])
+                    raise_if_fenced(abort_error.args[0])
                     error, cause = abort_error, RewindCause.FATAL
-                except _StuckCallError as stuck:
+                except StuckCallError as stuck:
                     error = stuck
         if cause is not RewindCause.FAILED:
             logger.error("%s; replacing the transactional producer and rewinding", error)
@@ -911,8 +912,8 @@ class AsrWorker:
         """
         self._tx = producer = self._transactional_producer()
         try:
-            _transactional(producer.init_transactions, progress=self._progressed)
-        except (KafkaException, _StuckCallError) as error:
+            transactional(producer.init_transactions, progress=self._progressed)
+        except (KafkaException, StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
     def _rewind(self) -> None:
@@ -929,7 +930,7 @@ class AsrWorker:
             )
 
         try:
-            _retrying(read_committed_offsets, progress=self._progressed)
+            retrying(read_committed_offsets, progress=self._progressed)
         except KafkaException as error:
             raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
         for tp in committed:
@@ -1170,105 +1171,6 @@ class AsrWorker:
         finally:
             reader.close()
         return {partition: list(found.values()) for partition, found in latest.items()}
-
-
-_FENCED = frozenset(
-    {
-        KafkaError._FENCED,
-        KafkaError.PRODUCER_FENCED,
-        KafkaError.INVALID_PRODUCER_EPOCH,
-        KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    }
-)
-"""Error codes after which this worker must not produce again (a newer instance with its
-transactional id took over, or it may not use that id)."""
-
-
-def _raise_if_fenced(error: KafkaError) -> None:
-    if error.code() in _FENCED:
-        raise InfrastructureError(f"fatal Kafka transaction error: {error}")
-
-
-_UNREACHABLE = frozenset(
-    {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
-)
-"""Error codes that mean the brokers cannot be reached (not a refusal)."""
-
-
-def _retrying(
-    operation: Callable[[], object],
-    deadline_s: float = RETRY_DEADLINE_S,
-    cut_off: Callable[[], float | None] = lambda: None,
-    progress: Callable[[], None] = lambda: None,
-) -> None:
-    """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
-    restarting) for ``deadline_s``, and never past ``cut_off()`` (monotonic s, asked after each
-    failure: a shutdown that begins meanwhile ends the retries); other errors propagate.
-    ``progress()`` is called after every try that returned or raised a Kafka error."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        try:
-            operation()
-            progress()
-            return
-        except KafkaException as error:
-            progress()
-            cut = cut_off()
-            last = deadline if cut is None else min(deadline, cut)
-            if not error.args[0].retriable() or time.monotonic() > last:
-                raise
-            logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
-            time.sleep(0.5)
-
-
-def _transactional(
-    call: Callable[[float], object],
-    *,
-    timeout_s: Callable[[], float] = lambda: TRANSACTION_TIMEOUT_S,
-    cut_off: Callable[[], float | None] = lambda: None,
-    progress: Callable[[], None] = lambda: None,
-) -> None:
-    """A transactional librdkafka call, given ``timeout_s()`` (asked at each try) as its
-    timeout: each try bounded (``_bounded``), retriable errors retried (``_retrying``, which
-    reports each try to ``progress``)."""
-
-    def attempt() -> None:
-        bound_s = timeout_s()
-        _bounded(lambda: call(bound_s), bound_s)
-
-    _retrying(attempt, cut_off=cut_off, progress=progress)
-
-
-class _StuckCallError(InfrastructureError):
-    """A transactional call that did not return within its timeout plus ``STUCK_GRACE_S``."""
-
-
-def _bounded(operation: Callable[[], object], bound_s: float = TRANSACTION_TIMEOUT_S) -> None:
-    """Run ``operation`` (a librdkafka call given ``bound_s`` as its own timeout) on a helper
-    thread; raise ``_StuckCallError`` when it is still running ``STUCK_GRACE_S`` after that.
-
-    librdkafka's ``send_offsets_to_transaction`` can block far past its timeout while the group
-    coordinator is unreachable (confluentinc/librdkafka#5456: the coordinator request's timeout
-    is never checked), which would freeze the loop past ``max.poll.interval.ms``. A stuck call
-    keeps running on its daemon thread; the caller must give up the producer it was using.
-    Whatever ``operation`` raises is raised here.
-    """
-    failure: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            operation()
-        except BaseException as error:  # handed to the waiting thread
-            failure.append(error)
-
-    thread = threading.Thread(target=call, name="kafka-transaction-call", daemon=True)
-    thread.start()
-    wait_s = bound_s + min(STUCK_GRACE_S, bound_s)  # a short call (shutting down) waits less
-    thread.join(wait_s)
-    if thread.is_alive():
-        raise _StuckCallError(f"a transactional Kafka call is stuck after {wait_s:.1f} s")
-    if failure:
-        raise failure[0]
 
 
 @dataclass(slots=True)

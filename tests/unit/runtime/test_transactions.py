@@ -1,4 +1,5 @@
-"""The worker's bound on transactional Kafka calls (librdkafka can block past its timeout)."""
+"""The bound on transactional Kafka calls (librdkafka can block past its timeout), and their
+retries."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ import time
 import pytest
 
 from pipeline.errors import InfrastructureError
-from pipeline.runtime import worker
+from pipeline.runtime import transactions
 
 
 @pytest.fixture(autouse=True)
 def short_grace(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(worker, "STUCK_GRACE_S", 0.05)
+    monkeypatch.setattr(transactions, "STUCK_GRACE_S", 0.05)
 
 
 def test_a_call_that_returns_in_time_is_transparent() -> None:
     done: list[bool] = []
-    worker._bounded(lambda: done.append(True), bound_s=1.0)
+    transactions.bounded(lambda: done.append(True), bound_s=1.0)
     assert done == [True]
 
 
@@ -27,14 +28,14 @@ def test_what_the_call_raises_is_raised_to_the_caller() -> None:
         raise ValueError("refused")
 
     with pytest.raises(ValueError, match="refused"):
-        worker._bounded(fail, bound_s=1.0)
+        transactions.bounded(fail, bound_s=1.0)
 
 
 def test_a_call_stuck_past_its_bound_and_the_grace_is_given_up() -> None:
     release = threading.Event()
     try:
         with pytest.raises(InfrastructureError, match="stuck"):
-            worker._bounded(release.wait, bound_s=0.05)
+            transactions.bounded(release.wait, bound_s=0.05)
     finally:
         release.set()  # the stuck call's thread ends with the test
 
@@ -52,7 +53,7 @@ def test_retries_stop_at_a_cut_off_that_comes_while_retrying() -> None:
         raise KafkaException(KafkaError(KafkaError._TRANSPORT, "down", retriable=True))
 
     with pytest.raises(KafkaException):
-        worker._retrying(restarting_broker, 120.0, cut_off=lambda: cut[0])
+        transactions.retrying(restarting_broker, 120.0, cut_off=lambda: cut[0])
     assert len(tries) == 2
 
 
@@ -67,5 +68,5 @@ def test_each_try_gets_the_timeout_asked_for_at_that_try() -> None:
         if len(given) == 1:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT, "down", retriable=True))
 
-    worker._transactional(call, timeout_s=lambda: next(timeouts))
+    transactions.transactional(call, timeout_s=lambda: next(timeouts))
     assert given == [30.0, 2.0]
