@@ -783,8 +783,13 @@ def markdown(results: dict[str, Any], threads: int) -> str:
         parts.append(
             f"Recovery: {recovery['calls']} calls on two workers, `kill -9` of "
             f"`{recovery['victim']}` (owned {len(recovery['affected_calls'])} calls) "
-            f"{KILL_AFTER_S:g} s into the calls; every affected call had its first partial "
-            f"from the survivor after {fmt(recovery['recovery_max_s'], 1)} s (the slowest "
+            f"{KILL_AFTER_S:g} s into the calls; "
+            + (
+                "every affected call had its first partial "
+                if not recovery["affected_calls_without_partial"]
+                else "the affected calls that recovered had their first partial "
+            )
+            + f"from the survivor after {fmt(recovery['recovery_max_s'], 1)} s (the slowest "
             f"call; the fastest after {fmt(recovery['recovery_min_s'], 1)} s; calls with none "
             f"after the kill: {len(recovery['affected_calls_without_partial'])}; session timeout "
             f"{recovery['session_timeout_s']:g} s; the survivor was assigned the partitions "

@@ -360,8 +360,11 @@ def measure(
     max_batch: int | None = None,
     step_budget_ms: int | None = None,
     early_final_ms: int | None = None,
+    partial_min_window_ms: int | None = None,
 ) -> dict[str, Any]:
     settings = AsrSettings(device=device, threads=threads)
+    if partial_min_window_ms is not None:
+        settings = dataclasses.replace(settings, partial_min_window_ms=partial_min_window_ms)
     if early_final_ms is not None:
         settings = dataclasses.replace(settings, early_final_ms=early_final_ms)
     if max_batch is not None:
@@ -534,6 +537,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="decode a final this far into its trailing silence (0 = at the endpoint)",
     )
+    parser.add_argument(
+        "--partial-min-window-ms",
+        type=int,
+        help="shortest decoding window of a partial (default: the setting's, 10 s)",
+    )
     add_device_option(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -549,6 +557,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.max_batch,
         args.step_budget_ms,
         args.early_final_ms,
+        args.partial_min_window_ms,
     )
     at_target = results["levels"].get(str(TARGET_CHANNELS))
     quiet_overhead = results["quiet_sessions"]["overhead_per_session_bytes"] / 2**20
@@ -596,6 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "early_final_ms": AsrSettings().early_final_ms
             if args.early_final_ms is None
             else args.early_final_ms,
+            "partial_min_window_ms": AsrSettings().partial_min_window_ms
+            if args.partial_min_window_ms is None
+            else args.partial_min_window_ms,
             "channels": list(levels),
             "audio_s_per_channel": duration_s,
             "torch_threads": args.threads,

@@ -110,7 +110,7 @@ def measure(
     for _ in range(repeats):
         for b in batch_sizes:
             clips, timings = batches[b], raw[b]
-            partials = [RecognitionRequest(c.samples) for c in clips]
+            partials = [RecognitionRequest(c.samples, partial=True) for c in clips]
             finals = [RecognitionRequest(c.samples, with_word_timings=True) for c in clips]
             _timed(timings, "partial", recognizer.recognize, partials)
             _timed(timings, "final", recognizer.recognize, finals)

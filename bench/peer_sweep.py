@@ -29,7 +29,7 @@ silence, or the end of the stream). WER (``pipeline.evaluation``): each channel'
 against its reference (``refs.tsv``; channels play their whole call), summed over the channels
 of a run.
 
-The sweep runs N = 1, 2, 4, 8, 16, 32 (quick: 1, 4, 8, 16), the two systems one after the other
+The sweep runs N = 1, 2, 4, 8, 16, 32 (quick: 1, 4, 8, 16), the systems one after the other
 at each N, and stops a system once its P95 chunk → view passes 5 s (or it cannot finish the
 channels within 2 minutes of their end). A system **sustains** N channels when its P95
 chunk → view is ≤ 1.5 s and every channel finished.
@@ -743,7 +743,7 @@ def measure(
         figures={"": plot(summary)},
         notes=[
             SHARED_MACHINE_NOTE,
-            "Both systems ran in one process, one after the other at each N; CPU is that "
+            "The systems ran in one process, one after the other at each N; CPU is that "
             "process's over the run (feeding included).",
             "The peer is our implementation of the published pattern (bench/peer.py), not "
             "whisper_streaming's or WhisperLive's code. Its VAD is silero's own packaged model "
@@ -835,7 +835,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             print(rerender(args.out))
         except ValueError as error:
-            print(f"bench.peer: {error}", file=sys.stderr)
+            print(f"bench.peer_sweep: {error}", file=sys.stderr)
             return 2
         return 0
     summary = measure(

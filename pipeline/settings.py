@@ -195,9 +195,9 @@ class AsrSettings:
         10000, "MIN_WINDOW_MS", "shortest decoding window (Whisper)", minimum=0, maximum=30000
     )
     partial_min_window_ms: int = setting(
-        5000,
+        10000,
         "PARTIAL_MIN_WINDOW_MS",
-        "shortest decoding window of a partial; finals keep MIN_WINDOW_MS (the smaller applies)",
+        "shortest decoding window of a partial (the smaller of this and MIN_WINDOW_MS applies)",
         minimum=0,
         maximum=30000,
     )

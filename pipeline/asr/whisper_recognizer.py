@@ -5,10 +5,11 @@ tight to the audio often never emits end-of-text), rounded up to ``window_step_m
 ``min_window_ms`` (10 s: shorter windows made tiny.en loop on 4 of 36 fixture clips, 12.9 % WER
 against 7.9 % with 10 s, measured in tests/integration/test_whisper_parity.py; a 10 s window
 costs ~50 ms of encoder on 2 CPU threads against ~210 ms for Whisper's 30 s). A partial's
-window is at least ``partial_min_window_ms`` (5 s): its text is revised and then replaced by the
-final's, and at 16 live channels on 2 cores the cheaper partials took the P95 chunk → view
-latency from 2.6 s to 1.6 s (``bench.engine_concurrency``; finals at 5 s would cost 0.8 points of
-WER, ``bench.engine_wer``). All windows of
+window may be given a smaller minimum (``partial_min_window_ms``, default the same 10 s): its
+text is revised and then replaced by the final's. On 2 CPU cores 5 s partial windows gained
+nothing measurable (``bench.engine_concurrency --partial-min-window-ms``: P95 chunk → view at 16
+channels 1.55 s against 1.59 s in one run, 1.09 s against 0.94 s at 8), while finals at 5 s lose
+0.8 WER points (``bench.engine_wer``, "window ≥ 5 s"). All windows of
 one call are encoded in one batch (the encoder masks each window's padding) and decoded greedily
 in one batch; finals (``with_word_timings``) get cross-attention word timings.
 """
@@ -49,7 +50,7 @@ class WhisperSettings:
     device: str = "cpu"
     margin_ms: int = 2000
     min_window_ms: int = 10000
-    partial_min_window_ms: int = 5000
+    partial_min_window_ms: int = 10000
     window_step_ms: int = 1000
     max_words_per_second: float = 6.0
 

@@ -285,7 +285,8 @@ DEPENDENCY_UP = MetricSpec(
     "streamscribe_dependency_up",
     MetricType.GAUGE,
     (LabelSpec("dependency", enum_values(Dependency)),),
-    "1 when the dependency answered its last probe (or, for Kafka, the last commit), else 0.",
+    "1 when the dependency answered last (Kafka: the readiness probe or the last commit; Redis: "
+    "the hotword registry's connection), else 0.",
 )
 MODEL_INFO = MetricSpec(
     "streamscribe_model_info",
