@@ -69,11 +69,11 @@ from bench.common import (
     write_results,
 )
 from pipeline.asr.engine import StreamingEngine
-from pipeline.asr.factory import engine_config
+from pipeline.asr.factory import engine_config, whisper_settings
 from pipeline.asr.recognizer import RecognitionRequest
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import SileroVad
-from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.asr.whisper_recognizer import WhisperRecognizer
 from pipeline.contracts.messages import Final, Partial
 from pipeline.settings import AsrSettings, WorkerSettings
 
@@ -374,14 +374,7 @@ def measure(
     # What build_engine does, keeping a handle on the recognizer for the warm-up.
     vad = SileroVad(device=device)
     torch.set_num_threads(threads)
-    recognizer = WhisperRecognizer(
-        WhisperSettings(
-            device=device,
-            margin_ms=settings.margin_ms,
-            min_window_ms=settings.min_window_ms,
-            partial_min_window_ms=settings.partial_min_window_ms,
-        )
-    )
+    recognizer = WhisperRecognizer(whisper_settings(settings, device))
     engine = StreamingEngine(recognizer, vad, engine_config(settings))
     worker = WorkerSettings()
     _warm_up(recognizer, settings.max_batch)

@@ -76,10 +76,10 @@ from bench.peer import (
     VadLike,
 )
 from pipeline.asr.engine import EngineOutput, StreamingEngine
-from pipeline.asr.factory import engine_config
+from pipeline.asr.factory import engine_config, whisper_settings
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import SileroVad
-from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.asr.whisper_recognizer import WhisperRecognizer
 from pipeline.contracts.messages import Final
 from pipeline.evaluation import WordErrors, word_errors
 from pipeline.settings import AsrSettings, WorkerSettings
@@ -138,14 +138,7 @@ class Streamscribe:
         self._threads = threads
         vad = SileroVad(device="cpu")
         torch.set_num_threads(threads)  # after silero's load, as build_engine does
-        recognizer = WhisperRecognizer(
-            WhisperSettings(
-                device="cpu",
-                margin_ms=self._settings.margin_ms,
-                min_window_ms=self._settings.min_window_ms,
-                partial_min_window_ms=self._settings.partial_min_window_ms,
-            )
-        )
+        recognizer = WhisperRecognizer(whisper_settings(self._settings, "cpu"))
         self._model_id = recognizer.model_id
         self.engine = _Recording(recognizer, vad, engine_config(self._settings))
         self._max_step_jobs = WorkerSettings().max_step_jobs

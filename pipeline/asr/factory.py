@@ -27,6 +27,7 @@ __all__ = [
     "engine_config",
     "parse_tenant_endpoints",
     "resolve_device",
+    "whisper_settings",
 ]
 
 
@@ -87,6 +88,18 @@ def parse_tenant_endpoints(text: str) -> dict[str, tuple[int, int | None]]:
             raise ConfigError(f"{TENANT_ENDPOINTS_ENV}: tenant {tenant!r} is named twice")
         rules[tenant] = (int(numbers[0]), int(numbers[1]) if len(numbers) == 2 else None)
     return rules
+
+
+def whisper_settings(settings: AsrSettings, device: str) -> WhisperSettings:
+    """How the recognizer cuts and decodes windows, from ``settings``, on ``device`` (resolved:
+    ``cpu``, ``cuda`` or ``cuda:N``)."""
+    return WhisperSettings(
+        model_dir=Path(settings.model_dir) if settings.model_dir else None,
+        device=device,
+        margin_ms=settings.margin_ms,
+        min_window_ms=settings.min_window_ms,
+        partial_min_window_ms=settings.partial_min_window_ms,
+    )
 
 
 def engine_config(settings: AsrSettings) -> EngineConfig:
@@ -154,15 +167,7 @@ def build_engine(
     vad = SileroVad(device=device)
     # Loading silero sets torch's thread count process-wide; set ours after it.
     torch.set_num_threads(threads)
-    recognizer = WhisperRecognizer(
-        WhisperSettings(
-            model_dir=Path(settings.model_dir) if settings.model_dir else None,
-            device=device,
-            margin_ms=settings.margin_ms,
-            min_window_ms=settings.min_window_ms,
-            partial_min_window_ms=settings.partial_min_window_ms,
-        )
-    )
+    recognizer = WhisperRecognizer(whisper_settings(settings, device))
     tokenizer = recognizer.model.tokenizer
     source = biases(tokenizer) if biases is not None else None
     engine = StreamingEngine(recognizer, vad, config, clock, source)
