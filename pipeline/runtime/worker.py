@@ -9,6 +9,11 @@ One loop, read top to bottom::
              → pause / resume partitions (backpressure)
     stop:    SIGTERM → stop fetching → commit → leave the group → exit within the bound
 
+The decisions are pure and live in ``pipeline.worker``: ``admission`` (which chunks a session
+takes), ``book`` (the partitions owned, each session's partition, calls ended recently),
+``outbox`` (what the next commit publishes and counts), ``flow`` (thinning, backpressure,
+catch-up). This module applies them to Kafka, the engine and the metrics.
+
 Exactly-once finals. Finals, checkpoints, dead letters and consumer offsets are committed in one
 Kafka transaction. The committed offset of a partition is its *low watermark* (the first record a
 replay still needs), so a worker that takes over after a crash or a rebalance replays from there
@@ -36,9 +41,8 @@ import signal
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -66,9 +70,9 @@ from pipeline.contracts.messages import (
 )
 from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
 from pipeline.hotwords.model import Scope
+from pipeline.runtime.checkpoint_reader import Checkpoints, read_checkpoints
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
-    checkpoint_reader_config,
     consumer_config,
     new_consumer,
     new_producer,
@@ -94,20 +98,21 @@ from pipeline.runtime.transactions import (
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, topic_name
 from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
+from pipeline.worker.book import PartitionBook
 from pipeline.worker.checkpoint import (
     PARTITION_KEY,
     PartitionCheckpoint,
     SessionCheckpoint,
-    decode_checkpoint,
     encode_key,
 )
-from pipeline.worker.progress import PartitionProgress, SessionProgress
+from pipeline.worker.flow import PartialThinning, catching_up, paused_after
+from pipeline.worker.outbox import Outbox
+from pipeline.worker.progress import PartitionProgress
 
 __all__ = ["AsrWorker", "WorkerStatus", "default_worker_id"]
 
 logger = logging.getLogger(__name__)
 
-CHECKPOINT_READ_TIMEOUT_S = 30.0
 LOOP_STALL_S = 360.0
 """No progress for this long means the loop is stuck (a hung native call, a wedged GPU):
 ``/healthz`` then fails and the pod is restarted. Progress is an iteration finished, or a Kafka
@@ -169,11 +174,7 @@ class AsrWorker:
         prefix = settings.kafka.topic_prefix
         self._topics = {role: topic_name(role.value, prefix) for role in TopicRole}
         self._admission = Admission(AdmissionLimits.of(self._worker))
-        self._partitions: dict[int, PartitionProgress] = {}
-        self._session_partition: dict[SessionKey, int] = {}
-        # Ended sessions still remembered (late chunks refused), oldest end first: key →
-        # (partition, when its end was checkpointed or restored (ms), its newest offset seen).
-        self._ended: OrderedDict[SessionKey, tuple[int, int, int]] = OrderedDict()
+        self._book = PartitionBook()
         # Idle time is measured on this clock (ms): it runs only while the worker fetches, so a
         # paused or stalled worker does not take its callers' silence for hang-ups.
         self._fetch_clock_ms = 0
@@ -182,18 +183,15 @@ class AsrWorker:
         self._last_commit_ms = 0
         self._commit_needed = False
         self.status = WorkerStatus()
-        self._finals_in_tx: list[Final] = []
-        self._outbox: list[_Record] = []
+        # Staged for the next commit; its chunk counts are counted in the metrics only when that
+        # commit succeeds (a rewind handles the records again, and they must count once).
+        self._outbox = Outbox()
         self._notices: queue.SimpleQueue[tuple[EventType, dict[str, Any]]] = queue.SimpleQueue()
         self._closing = False
         # The shutdown bound's end (monotonic s) once stopping, None while running: commit
         # retries stop there (the next owner replays what is not committed).
         self._shutdown_deadline: float | None = None
-        self._thinned: set[SessionKey] = set()  # sessions whose due partial was counted thinned
-        self._skipped_partials = False  # whether the last step was one without partials
-        # Chunk outcomes since the last commit, counted in the metrics when that commit succeeds:
-        # a rewind handles the records again, and they must count once.
-        self._uncommitted = _UncommittedCounts()
+        self._thinning = PartialThinning(self._worker.max_pending_jobs)
         self._audio_ms_since_step = 0.0
         self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
@@ -321,22 +319,19 @@ class AsrWorker:
         return f"the worker loop made no progress for {since_s:.0f} s"
 
     def _catching_up(self) -> bool:
-        """Still reading an assignment's backlog: its partitions are more than a poll batch
-        behind (or not fetched yet, just after the assignment), within ``CATCH_UP_MAX_S``."""
-        since_s = time.monotonic() - self._assigned_at
-        if not self._catch_up_partitions or since_s >= CATCH_UP_MAX_S:
-            return False
-        backlog, unknown = 0, False
-        for partition in self._catch_up_partitions:
-            progress = self._partitions.get(partition)
-            if progress is None:
-                continue  # revoked meanwhile
-            lag = self._fetch_lag(partition, progress)
-            unknown = unknown or lag is None
-            backlog += lag or 0
-        if unknown and since_s < CATCH_UP_FIRST_FETCH_S:
-            return True
-        return backlog > self._worker.poll_batch
+        """Still reading an assignment's backlog (``flow.catching_up``)."""
+        lags = [
+            self._fetch_lag(partition, progress)
+            for partition in self._catch_up_partitions
+            if (progress := self._book.partitions.get(partition)) is not None  # not revoked
+        ]
+        return catching_up(
+            since_assigned_s=time.monotonic() - self._assigned_at,
+            lags=lags,
+            poll_batch=self._worker.poll_batch,
+            max_s=CATCH_UP_MAX_S,
+            first_fetch_s=CATCH_UP_FIRST_FETCH_S,
+        )
 
     def _count_early_finals(self) -> None:
         counts = (self._engine.early_finals_decoded, self._engine.early_finals_used)
@@ -409,7 +404,7 @@ class AsrWorker:
             return
         partition = record.partition()
         offset = record.offset()
-        progress = self._partitions.get(partition)
+        progress = self._book.partitions.get(partition)
         if progress is None:
             return  # revoked while this batch was in flight
         progress.consumed(offset)
@@ -441,18 +436,16 @@ class AsrWorker:
         )
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
-                self._uncommitted.duplicates += 1
+                self._outbox.counts.duplicates += 1
             return
         if decision.verdict is Verdict.REJECT:
-            ended = self._ended.get(key)
-            if ended is not None and offset > ended[2]:
-                self._ended[key] = (ended[0], ended[1], offset)  # its records reach this far
+            self._book.refused_late(key, offset)
             if not replaying:
                 assert decision.reason is not None
                 self._dead_letter(record, decision.reason, decision.detail, key)
             return
         if not replaying:
-            self._uncommitted.admitted += 1
+            self._outbox.counts.admitted += 1
             if decision.new_session:
                 self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
             if decision.gap is not None:
@@ -462,7 +455,7 @@ class AsrWorker:
                 )
         # Bookkeeping only for admitted chunks: rejected and duplicate ones leave nothing behind.
         session = known if known is not None else progress.session(key)
-        self._session_partition[key] = partition
+        self._book.own(key, partition)
         self._audio_ms_since_step += duration_ms
         session.needed_offsets.append(offset)
         session.last_activity_ms = self._fetch_clock_ms
@@ -497,8 +490,10 @@ class AsrWorker:
             # transaction cannot carry (its commit would fail, rewind and fail again forever).
             headers.append(("dlq-truncated-from-bytes", str(len(value)).encode()))
             value = value[:DEAD_LETTER_MAX_VALUE_BYTES]
-        self._stage(self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers)
-        self._uncommitted.dead_letter(RejectReason(reason))
+        self._outbox.stage(
+            self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers
+        )
+        self._outbox.counts.dead_letter(RejectReason(reason))
         self._event(
             EventType.CHUNK_REJECTED,
             key,
@@ -517,7 +512,7 @@ class AsrWorker:
         elif isinstance(output, Suppressed):
             self._metrics.count_suppressed_hallucination(output.guard)
             if output.final:
-                progress = self._session_progress(output.key)
+                progress = self._book.session(output.key)
                 if progress is not None and progress.finals_suppressed is not None:
                     progress.finals_suppressed += 1
                 self._finalized(output.key, output.utterance_index)
@@ -545,34 +540,23 @@ class AsrWorker:
 
     def _produce_final(self, final: Final) -> None:
         key = SessionKey(final.call_id, final.channel)
-        self._stage(
-            self._topics[TopicRole.FINALS], key=final.call_id.encode(), value=to_json(final)
-        )
-        progress = self._session_progress(key)
+        self._outbox.stage_final(self._topics[TopicRole.FINALS], final, to_json(final))
+        progress = self._book.session(key)
         if progress is not None and progress.finals_published is not None:
             progress.finals_published += 1
         self._finalized(key, final.utterance_index)
-        self._finals_in_tx.append(final)
-        self._commit_needed = True
 
     def _finalized(self, key: SessionKey, utterance_index: int) -> None:
         """Utterance ``utterance_index`` got its final (or was suppressed) in this transaction."""
-        progress = self._session_progress(key)
+        progress = self._book.session(key)
         if progress is not None:
             progress.finals_through = max(progress.finals_through, utterance_index)
             progress.dirty = True
         self._commit_needed = True
 
-    def _session_progress(self, key: SessionKey) -> SessionProgress | None:
-        """The progress of an owned session (created on first use), None if not owned."""
-        partition = self._session_partition.get(key)
-        if partition is None or partition not in self._partitions:
-            return None
-        return self._partitions[partition].session(key)
-
     def _session_ended(self, ended: SessionEnded) -> None:
         self._admission.end(ended.key)
-        progress = self._session_progress(ended.key)
+        progress = self._book.session(ended.key)
         utterances, suppressed = ended.utterances, ended.suppressed
         if progress is not None:
             progress.ended = True
@@ -597,18 +581,6 @@ class AsrWorker:
         )
         self._commit_needed = True
 
-    def _stage(
-        self,
-        topic: str,
-        *,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]] | None = None,
-        partition: int = -1,
-    ) -> None:
-        """Stage a record for the next commit's transaction."""
-        self._outbox.append(_Record(topic, key, value, headers, partition))
-
     def _event(
         self,
         kind: EventType,
@@ -626,7 +598,7 @@ class AsrWorker:
             detail=detail or {},
         )
         record_key = (event.call_id or self.worker_id).encode()
-        self._stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
+        self._outbox.stage(self._topics[TopicRole.EVENTS], key=record_key, value=to_json(event))
 
     def _sample_gpu(self) -> None:
         if not self._gpu:
@@ -661,7 +633,7 @@ class AsrWorker:
         vanished without end-of-stream), restored ones included."""
         now_ms = self._fetch_clock_ms
         timeout_ms = self._worker.idle_timeout_ms
-        for progress in self._partitions.values():
+        for progress in self._book.partitions.values():
             for key, session in progress.sessions.items():
                 if (
                     not session.ended
@@ -678,7 +650,7 @@ class AsrWorker:
         started = time.perf_counter()
         offsets = []
         now_ms = self._clock.now_ms()
-        for partition, progress in self._partitions.items():
+        for partition, progress in self._book.partitions.items():
             self._write_checkpoints(partition, progress, now_ms)
             self._record_lag(partition, progress)
             watermark = progress.low_watermark()
@@ -689,7 +661,7 @@ class AsrWorker:
         self._expire_ended(now_ms)
         self._last_commit_ms = now_ms
         self._commit_needed = False
-        if not offsets and not self._outbox:
+        if not offsets and not self._outbox.records:
             self._count_committed()
             return
         # Everything of this commit is produced now, so a transaction lives only for the
@@ -697,7 +669,7 @@ class AsrWorker:
         producer = self._tx
         try:
             producer.begin_transaction()
-            for record in self._outbox:
+            for record in self._outbox.records:
                 producer.produce(
                     record.topic,
                     key=record.key,
@@ -722,33 +694,29 @@ class AsrWorker:
                 progress=self._progressed,
             )
         except (KafkaException, StuckCallError) as error:
-            self._outbox.clear()
-            self._finals_in_tx.clear()
-            self._uncommitted = _UncommittedCounts()  # the rewind handles them again
+            self._outbox.discard()  # the rewind handles the records again
             if self._stop.is_set():
                 # Shutting down: no rewind; the partitions' next owner replays the work.
                 raise InfrastructureError(f"the last commit failed: {error}") from None
             self._transaction_failed(error)
             return
-        self._outbox.clear()
         self.status.commits += 1
-        self._count_committed()
+        finals = self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
         self._metrics.set_dependency_up(Dependency.KAFKA, True)
         committed_ms = self._clock.now_ms()
-        for final in self._finals_in_tx:
+        for final in finals:
             if final.capture_ms is not None:
                 self._metrics.observe_duration(
                     DurationKind.ENDPOINT_TO_FINAL, max(0, committed_ms - final.capture_ms) / 1000
                 )
-        self._finals_in_tx.clear()
-        for progress in self._partitions.values():
+        for progress in self._book.partitions.values():
             progress.checkpointed_handled_through = progress.handled_through
         self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
 
-    def _count_committed(self) -> None:
-        """Count the chunk outcomes of the commit that just succeeded."""
-        counts, self._uncommitted = self._uncommitted, _UncommittedCounts()
+    def _count_committed(self) -> list[Final]:
+        """Count the chunk outcomes of the commit that just succeeded; returns its finals."""
+        finals, counts = self._outbox.committed()
         if counts.admitted:
             self._metrics.count_chunk(ChunkOutcome.OK, counts.admitted)
         if counts.duplicates:
@@ -757,6 +725,7 @@ class AsrWorker:
             self._metrics.count_chunk(ChunkOutcome.REJECTED, count)
             self._metrics.count_dead_letter(reason, count)
             self.status.dead_letters += count
+        return finals
 
     def _record_lag(self, partition: int, progress: PartitionProgress) -> None:
         lag = self._fetch_lag(partition, progress)
@@ -799,12 +768,10 @@ class AsrWorker:
                     session.finals_published,
                     session.finals_suppressed,
                 )
-                self._stage(
+                self._outbox.stage(
                     topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
                 )
-                del progress.sessions[key]
-                self._session_partition.pop(key, None)
-                self._remember_ended(key, partition, now_ms, session.last_offset)
+                self._book.end(key, partition, now_ms)
                 continue
             finals_moved = session.finals_through != session.checkpointed_finals_through
             snapshot = None
@@ -825,45 +792,31 @@ class AsrWorker:
                 session.finals_published,
                 session.finals_suppressed,
             )
-            self._stage(topic, key=encode_key(key), value=checkpoint.encode(), partition=partition)
+            self._outbox.stage(
+                topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
+            )
             session.announced = True
             session.checkpointed_finals_through = session.finals_through
             session.dirty = snapshot is None
         if progress.next_offset >= 0:  # nothing fetched yet: the restored value stands
             progress.handled_through = progress.next_offset - 1
         if progress.handled_through != progress.checkpointed_handled_through:
-            self._stage(
+            self._outbox.stage(
                 topic,
                 key=encode_key(PARTITION_KEY),
                 value=PartitionCheckpoint(progress.handled_through).encode(),
                 partition=partition,
             )
 
-    def _remember_ended(
-        self, key: SessionKey, partition: int, now_ms: int, last_offset: int
-    ) -> None:
-        self._ended[key] = (partition, now_ms, last_offset)
-        self._ended.move_to_end(key)
-
     def _expire_ended(self, now_ms: int) -> None:
         """Forget sessions ended ``ended_retention_ms`` ago and delete their checkpoints
         (tombstones, in this commit): memory and ``asr.checkpoints`` hold the live calls and
         the recently ended ones, not every call a partition ever carried."""
-        retention_ms = self._worker.ended_retention_ms
         topic = self._topics[TopicRole.CHECKPOINTS]
-        for key, (partition, ended_ms, last_offset) in list(self._ended.items()):
-            if now_ms - ended_ms < retention_ms:
-                break
-            progress = self._partitions.get(partition)
-            watermark = progress.low_watermark() if progress is not None else None
-            if progress is not None and (watermark is None or watermark <= last_offset):
-                # A replay from the committed offset would still read its records: forgotten
-                # now, the call would be taken for a new one and its finals published again.
-                continue
-            del self._ended[key]
+        for key, partition in self._book.expire_ended(now_ms, self._worker.ended_retention_ms):
             self._admission.forget(key)
-            if progress is not None:
-                self._stage(topic, key=encode_key(key), value=None, partition=partition)
+            if partition in self._book.partitions:
+                self._outbox.stage(topic, key=encode_key(key), value=None, partition=partition)
 
     def _transaction_failed(self, error: KafkaException | StuckCallError) -> None:
         """Abort (or replace a stuck or broken producer) and rewind: drop in-RAM state and
@@ -918,7 +871,7 @@ class AsrWorker:
 
     def _rewind(self) -> None:
         """Forget every owned session, rebuild from checkpoints, seek to the committed offsets."""
-        partitions = list(self._partitions)
+        partitions = list(self._book.partitions)
         self._forget(partitions)
         self._restore(partitions)
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
@@ -945,48 +898,32 @@ class AsrWorker:
     # -- backpressure ----------------------------------------------------------------------
 
     def _partials_this_step(self) -> bool:
-        """Whether this step may decode partials: thinning sheds every other step's partials
-        while more than half the pending-job budget is due.
-
-        The first lever under load: partials are thinned before finals are delayed (a step
-        without partials decodes finals only, sooner). They are thinned, never starved: due
-        partials stay due and get the next step. If finals still pile up, ``_backpressure``
-        pauses the partitions.
-        """
-        due = set(self._engine.due_partials())
-        pending = len(due) + self._engine.pending_finals()
-        thin = pending > self._worker.max_pending_jobs // 2
-        # Each due partial counts once, however many steps it waits (it stays due).
-        self._thinned &= due
-        skip = thin and not self._skipped_partials
-        self._skipped_partials = skip
-        if skip:
-            self._metrics.count_thinned_partials(len(due - self._thinned))
-            self._thinned |= due
-        if thin != self.status.thinning:
-            self.status.thinning = thin
+        """Whether this step may decode partials (``flow.PartialThinning``): the first lever
+        under load. If finals still pile up, ``_backpressure`` pauses the partitions."""
+        step = self._thinning.step(self._engine.due_partials(), self._engine.pending_finals())
+        if step.newly_thinned:
+            self._metrics.count_thinned_partials(step.newly_thinned)
+        self.status.thinning = step.thinning
+        if step.changed:
             self._event(
-                EventType.PARTIALS_THINNED, detail={"thinning": thin, "pending_jobs": pending}
+                EventType.PARTIALS_THINNED,
+                detail={"thinning": step.thinning, "pending_jobs": step.pending_jobs},
             )
-        return not skip
+        return step.partials
 
     def _backpressure(self) -> None:
-        """Pause fetching while more finals wait than ``max_pending_jobs`` (resume at half).
-
-        Finals, not partials: partials can be shed (``_partials_this_step``) and many speaking
-        callers always have one due, so counting them would pause a busy worker for good."""
+        """Pause fetching while finals pile up, resume once they drain (``flow.paused_after``)."""
         pending = self._engine.pending_finals()
-        limit = self._worker.max_pending_jobs
-        if not self.status.paused and pending > limit:
+        paused = paused_after(self.status.paused, pending, self._worker.max_pending_jobs)
+        if paused == self.status.paused:
+            return
+        if paused:
             self._consumer.pause(self._assignment())
-            self.status.paused = True
-            self._metrics.set_paused_partitions(len(self.status.assigned))
-            self._event(EventType.BACKPRESSURE, detail={"paused": True, "pending_jobs": pending})
-        elif self.status.paused and pending <= limit // 2:
+        else:
             self._consumer.resume(self._assignment())
-            self.status.paused = False
-            self._metrics.set_paused_partitions(0)
-            self._event(EventType.BACKPRESSURE, detail={"paused": False, "pending_jobs": pending})
+        self.status.paused = paused
+        self._metrics.set_paused_partitions(len(self.status.assigned) if paused else 0)
+        self._event(EventType.BACKPRESSURE, detail={"paused": paused, "pending_jobs": pending})
 
     def _assignment(self) -> list[TopicPartition]:
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
@@ -1036,22 +973,16 @@ class AsrWorker:
         be committed here (their next owner, or a rewind, handles them again)."""
         worker_key = self.worker_id.encode()
         events = self._topics[TopicRole.EVENTS]
-        self._outbox = [r for r in self._outbox if r.topic == events and r.key == worker_key]
-        self._finals_in_tx.clear()
-        self._uncommitted = _UncommittedCounts()
+        self._outbox.discard(keep=lambda r: r.topic == events and r.key == worker_key)
 
     def _forget(self, partitions: Iterable[int]) -> None:
         """Drop the sessions of partitions this worker no longer owns (no output)."""
-        gone = set(partitions)
-        for partition in gone:
-            self._partitions.pop(partition, None)
-        for key in [k for k, p in self._session_partition.items() if p in gone]:
+        forgotten = self._book.forget(partitions)
+        for key in forgotten.sessions:
             self._engine.drop(key)
             self._admission.forget(key)
-            del self._session_partition[key]
-        for key in [k for k, (p, _, _) in self._ended.items() if p in gone]:
+        for key in forgotten.ended:
             self._admission.forget(key)
-            del self._ended[key]
 
     def _restore(self, partitions: Iterable[int]) -> None:
         """Read the partitions' checkpoints and rebuild their sessions' starting state."""
@@ -1059,7 +990,7 @@ class AsrWorker:
         checkpoints = self._read_checkpoints(numbers)
         for partition in numbers:
             progress = PartitionProgress(partition)
-            self._partitions[partition] = progress
+            self._book.add(progress)
             for record in checkpoints.get(partition, ()):
                 if isinstance(record, PartitionCheckpoint):
                     progress.handled_through = record.handled_through
@@ -1074,7 +1005,7 @@ class AsrWorker:
                 self._admission.restore(key, checkpoint.admission)
             # Kept for ended_retention_ms from now (the checkpoint's own age is not read), and
             # until the replay has passed its records (``_handle`` tracks the newest).
-            self._remember_ended(key, progress.partition, self._clock.now_ms(), -1)
+            self._book.remember_ended(key, progress.partition, self._clock.now_ms(), -1)
             return
         session = progress.session(key)
         session.announced = True
@@ -1084,7 +1015,7 @@ class AsrWorker:
         session.finals_suppressed = checkpoint.finals_suppressed
         # Idle from now on: a caller gone before the takeover still gets its session closed.
         session.last_activity_ms = self._fetch_clock_ms
-        self._session_partition[key] = progress.partition
+        self._book.own(key, progress.partition)
         if (
             checkpoint.snapshot is not None
             and checkpoint.admission is not None
@@ -1109,91 +1040,15 @@ class AsrWorker:
             self._engine.drop(key)
             return False
 
-    def _read_checkpoints(
-        self, partitions: Sequence[int]
-    ) -> dict[int, list[SessionCheckpoint | PartitionCheckpoint]]:
-        """The latest checkpoint of every key in these partitions of ``asr.checkpoints``.
-
-        One reader for all of them (a takeover after a crash restores every partition of the
-        dead worker at once: a reader per partition cost a client start and a first fetch
-        each). Reads ``read_committed`` up to the end; a dead worker's open transaction holds
-        the end back until it is aborted (``transaction.timeout.ms``), which is what makes the
-        read safe.
-        """
-        if not partitions:
-            return {}
-        topic = self._topics[TopicRole.CHECKPOINTS]
-        reader = new_consumer(checkpoint_reader_config(self._settings.kafka, self.worker_id))
-        latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
-        try:
-            ends: dict[int, int] = {}
-            starts = []
-            for partition in partitions:
-                try:
-                    low, high = reader.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=CHECKPOINT_READ_TIMEOUT_S
-                    )
-                except KafkaException as error:
-                    raise InfrastructureError(
-                        f"cannot read the checkpoints of partition {partition}: {error}"
-                    ) from None
-                self._progressed()
-                if high > low:
-                    ends[partition] = high
-                    starts.append(TopicPartition(topic, partition, low))
-            if not starts:
-                return {}
-            reader.assign(starts)
-            deadline = time.monotonic() + CHECKPOINT_READ_TIMEOUT_S
-            while ends and time.monotonic() < deadline:
-                for record in reader.consume(num_messages=1000, timeout=0.2):
-                    key, value = record.key(), record.value()
-                    if record.error() is not None or key is None:
-                        continue
-                    found = latest.setdefault(record.partition(), {})
-                    if value is None:
-                        found.pop(key, None)
-                        continue
-                    try:
-                        found[key] = decode_checkpoint(key, value)
-                    except ValueError as error:
-                        logger.warning("skipping malformed checkpoint: %s", error)
-                positions = reader.position([TopicPartition(topic, p) for p in ends])
-                self._progressed()
-                for position in positions:
-                    if position.offset >= ends[position.partition]:
-                        del ends[position.partition]
-            if ends:
-                raise InfrastructureError(
-                    f"could not read checkpoints of partition(s) {sorted(ends)} within "
-                    f"{CHECKPOINT_READ_TIMEOUT_S:.0f} s"
-                )
-        finally:
-            reader.close()
-        return {partition: list(found.values()) for partition, found in latest.items()}
-
-
-@dataclass(slots=True)
-class _UncommittedCounts:
-    """Chunk outcomes handled since the last commit (``AsrWorker._count_committed``)."""
-
-    admitted: int = 0
-    duplicates: int = 0
-    dead_letters: dict[RejectReason, int] = field(default_factory=dict)
-
-    def dead_letter(self, reason: RejectReason) -> None:
-        self.dead_letters[reason] = self.dead_letters.get(reason, 0) + 1
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """A record staged for the next transaction."""
-
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
-    partition: int = -1
+    def _read_checkpoints(self, partitions: Sequence[int]) -> Checkpoints:
+        """The latest checkpoints of these partitions (``read_checkpoints``)."""
+        return read_checkpoints(
+            self._settings.kafka,
+            self._topics[TopicRole.CHECKPOINTS],
+            partitions,
+            worker_id=self.worker_id,
+            progressed=self._progressed,
+        )
 
 
 def _text_key(key: bytes | None) -> str | None:

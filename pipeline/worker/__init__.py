@@ -1,4 +1,5 @@
-"""The ASR worker: pure per-partition bookkeeping (admission, progress, checkpoints).
+"""The ASR worker's pure bookkeeping: admission, progress (low watermarks), checkpoint records,
+the partition book, the outbox and the flow decisions (thinning, backpressure, catch-up).
 
 The Kafka run loop that drives it lives in ``pipeline.runtime.worker``.
 """

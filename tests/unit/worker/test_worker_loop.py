@@ -162,7 +162,7 @@ def _worker(
     asr = AsrWorker(settings, engine, metrics=metrics, clock=clock)
     producer = _Producer()
     asr._tx, asr._consumer, asr._partials = producer, _Consumer(), _Partials()
-    asr._partitions[0] = PartitionProgress(0)
+    asr._book.add(PartitionProgress(0))
     asr.status.assigned = frozenset({0})
     return asr, producer
 
@@ -180,7 +180,7 @@ def _takeover(
                 latest[key] = decode_checkpoint(key, value)
     survivor, producer = _worker(clock, vad, **worker)
     survivor._read_checkpoints = lambda partitions: {0: list(latest.values())}  # type: ignore[method-assign]
-    survivor._partitions.clear()
+    survivor._forget([0])
     survivor._restore([0])
     return survivor, producer
 
@@ -223,7 +223,7 @@ def test_an_ended_call_is_remembered_for_the_retention_then_forgotten_with_its_c
     _run(worker, [_chunk("c1", seq, seq, end=seq == 4) for seq in range(5)])
     assert worker._admission.known_sessions == 1
     assert worker._admission.open_sessions == 0
-    ended_key = encode_key(next(iter(worker._ended)))
+    ended_key = encode_key(next(iter(worker._book.ended)))
     assert any(key == ended_key and value for key, value in _checkpoints(producer))
 
     clock.advance(RETENTION_MS - 1)  # a late chunk within the retention: refused
@@ -234,7 +234,7 @@ def test_an_ended_call_is_remembered_for_the_retention_then_forgotten_with_its_c
     clock.advance(1)
     _run(worker, [])
     assert worker._admission.known_sessions == 0
-    assert not worker._ended
+    assert not worker._book.ended
     assert _checkpoints(producer)[-1] == (ended_key, None)  # a tombstone: compaction drops it
 
 
@@ -242,7 +242,7 @@ def test_refused_chunks_leave_no_bookkeeping_behind() -> None:
     worker, _ = _worker(ManualClock(1_000_000), max_open_sessions=1)
     _run(worker, [_chunk(f"call-{n}", 0, n) for n in range(50)])
     assert worker.status.dead_letters == 49  # too_many_sessions
-    assert len(worker._partitions[0].sessions) == 1
+    assert len(worker._book.partitions[0].sessions) == 1
     assert worker._admission.known_sessions == 1
 
 
@@ -362,11 +362,11 @@ def test_a_partition_not_fetched_yet_keeps_its_handled_offset() -> None:
     first._consumer.queue = [*(_chunk("c1", seq, seq) for seq in range(5)), bad]
     first._iteration()
     first._commit()
-    assert first._partitions[0].handled_through == 5
+    assert first._book.partitions[0].handled_through == 5
     survivor, producer = _takeover(clock, committed)
     clock.advance(2_000)
     survivor._iteration()  # nothing fetched yet; a commit is due
-    assert survivor._partitions[0].handled_through == 5
+    assert survivor._book.partitions[0].handled_through == 5
     survivor._consumer.queue = [bad]  # replayed from the committed offset
     survivor._iteration()
     survivor._commit()
@@ -400,18 +400,18 @@ def test_an_ended_call_is_not_forgotten_while_a_replay_would_still_read_it() -> 
         worker._iteration()
         clock.advance(100)
     x = SessionKey("X", "mono")
-    assert x in worker._ended
+    assert x in worker._book.ended
     clock.advance(RETENTION_MS)
     worker._commit()
-    assert worker._partitions[0].low_watermark() == 0  # L still needs its first record
-    assert x in worker._ended
+    assert worker._book.partitions[0].low_watermark() == 0  # L still needs its first record
+    assert x in worker._book.ended
     assert (encode_key(x), None) not in _checkpoints(producer)
 
     worker._consumer.queue = [_chunk("L", 149, 298, end=True)]  # L ends: nothing is needed
     for _ in range(3):
         worker._iteration()
     worker._commit()
-    assert x not in worker._ended
+    assert x not in worker._book.ended
     assert (encode_key(x), None) in _checkpoints(producer)
 
 
@@ -468,7 +468,7 @@ def test_a_takeover_at_its_session_limit_still_replays_the_calls_the_dead_owner_
     first._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(10)]
     first._iteration()
     first._commit()
-    assert first._partitions[0].handled_through == 9
+    assert first._book.partitions[0].handled_through == 9
     survivor, producer = _takeover(clock, committed, _Speech(), max_open_sessions=1)
     assert survivor._admission.decide(("own", "mono"), 0, 20.0, False).verdict.value == "admit"
     survivor._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(11)]

@@ -1,0 +1,99 @@
+"""Read the latest checkpoints of some partitions of ``asr.checkpoints`` (a worker's restore).
+
+The I/O half of ``pipeline.worker.checkpoint``: that module encodes and decodes the records; this
+one reads them back from Kafka when partitions are assigned to a worker, or when it rewinds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from pipeline.errors import InfrastructureError
+from pipeline.runtime.kafka import checkpoint_reader_config, new_consumer
+from pipeline.settings import KafkaSettings
+from pipeline.worker.checkpoint import PartitionCheckpoint, SessionCheckpoint, decode_checkpoint
+
+__all__ = ["CHECKPOINT_READ_TIMEOUT_S", "Checkpoints", "read_checkpoints"]
+
+logger = logging.getLogger(__name__)
+
+CHECKPOINT_READ_TIMEOUT_S = 30.0
+"""The longest a restore waits for one partition's watermarks, and for reading all of them."""
+
+Checkpoints = dict[int, list[SessionCheckpoint | PartitionCheckpoint]]
+"""Partition → the latest checkpoint of every key still in it (tombstoned keys left out)."""
+
+
+def read_checkpoints(
+    kafka: KafkaSettings,
+    topic: str,
+    partitions: Sequence[int],
+    *,
+    worker_id: str,
+    progressed: Callable[[], None] = lambda: None,
+    timeout_s: float = CHECKPOINT_READ_TIMEOUT_S,
+) -> Checkpoints:
+    """The latest checkpoint of every key in these partitions of ``topic``.
+
+    One reader for all of them (a takeover after a crash restores every partition of the dead
+    worker at once: a reader per partition cost a client start and a first fetch each). Reads
+    ``read_committed`` up to the end; a dead worker's open transaction holds the end back until
+    it is aborted (``transaction.timeout.ms``), which is what makes the read safe. Malformed
+    records are logged and skipped. ``progressed`` is called whenever a Kafka call returns (the
+    worker's liveness). Raises InfrastructureError when the watermarks cannot be read, or the
+    end is not reached within ``timeout_s``.
+    """
+    if not partitions:
+        return {}
+    reader = new_consumer(checkpoint_reader_config(kafka, worker_id))
+    latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
+    try:
+        ends: dict[int, int] = {}
+        starts = []
+        for partition in partitions:
+            try:
+                low, high = reader.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=timeout_s
+                )
+            except KafkaException as error:
+                raise InfrastructureError(
+                    f"cannot read the checkpoints of partition {partition}: {error}"
+                ) from None
+            progressed()
+            if high > low:
+                ends[partition] = high
+                starts.append(TopicPartition(topic, partition, low))
+        if not starts:
+            return {}
+        reader.assign(starts)
+        deadline = time.monotonic() + timeout_s
+        while ends and time.monotonic() < deadline:
+            for record in reader.consume(num_messages=1000, timeout=0.2):
+                key, value = record.key(), record.value()
+                if record.error() is not None or key is None:
+                    continue
+                found = latest.setdefault(record.partition(), {})
+                if value is None:
+                    found.pop(key, None)
+                    continue
+                try:
+                    found[key] = decode_checkpoint(key, value)
+                except ValueError as error:
+                    logger.warning("skipping malformed checkpoint: %s", error)
+            positions = reader.position([TopicPartition(topic, p) for p in ends])
+            progressed()
+            for position in positions:
+                if position.offset >= ends[position.partition]:
+                    del ends[position.partition]
+        if ends:
+            raise InfrastructureError(
+                f"could not read checkpoints of partition(s) {sorted(ends)} within "
+                f"{timeout_s:.0f} s"
+            )
+    finally:
+        reader.close()
+    return {partition: list(found.values()) for partition, found in latest.items()}
