@@ -413,7 +413,7 @@ class StreamingEngine:
 
     def _close_pending(self, session: Session) -> None:
         if session.end_pending and not session.ended:
-            session.drain_denoiser()
+            session.drain()
             session.pad_to_frame()
             self._run_vad([session])
             session.close_stream(EndpointReason.END_OF_STREAM)

@@ -249,7 +249,9 @@ class Session:
     ) -> None:
         """Append one chunk (8 or 16 kHz float32). The session copies what it keeps."""
         if sample_rate_hz != self.input_rate_hz:
-            # A rate change mid-stream restarts the resampler (its history is of the old rate).
+            # A rate change mid-stream ends the old rate's resampling (its held-back tail is
+            # kept) and restarts the resampler (its history is of the old rate).
+            self._drain_upsampler()
             self.input_rate_hz = sample_rate_hz
             self._upsampler = Upsampler2x() if sample_rate_hz == 8000 else None
         audio = self._upsampler.process(samples) if self._upsampler else samples
@@ -257,26 +259,38 @@ class Session:
         if self._denoiser is not None:
             # The denoiser holds back its latency; this chunk starts after what it holds.
             chunk_start_samples += self._denoiser.pending_samples
-            audio = self._denoiser.process(audio)
         if capture_ms is not None:
             self.capture_marks.append((chunk_start_samples, capture_ms))
+        self._keep_16k(audio)
+        if position is not None:
+            self.last_position = position
+
+    def drain(self) -> None:
+        """At the end of the stream, take the audio the resampler and the denoiser still hold
+        back: the resampler's tail goes through the denoiser, then the denoiser is flushed and
+        closed. Idempotent."""
+        if self._denoiser is not None and self._denoiser.closed:
+            return
+        self._drain_upsampler()
+        if self._denoiser is not None:
+            tail = self._denoiser.flush()
+            self._denoiser.close()
+            self._keep(tail)
+
+    def _drain_upsampler(self) -> None:
+        if self._upsampler is not None:
+            self._keep_16k(self._upsampler.flush())
+
+    def _keep_16k(self, audio: npt.NDArray[np.float32]) -> None:
+        """Keep 16 kHz audio of the stream, denoised when the session denoises."""
+        self._keep(self._denoiser.process(audio) if self._denoiser is not None else audio)
+
+    def _keep(self, audio: npt.NDArray[np.float32]) -> None:
+        """Append audio ready for the VAD and count it as received."""
         if len(audio):
             self._append(audio)
             self.total_samples += len(audio)
             self.stats.audio_samples += len(audio)
-        if position is not None:
-            self.last_position = position
-
-    def drain_denoiser(self) -> None:
-        """At the end of the stream, take the audio the denoiser still holds back."""
-        if self._denoiser is None or self._denoiser.closed:
-            return
-        tail = self._denoiser.flush()
-        self._denoiser.close()
-        if len(tail):
-            self._append(tail)
-            self.total_samples += len(tail)
-            self.stats.audio_samples += len(tail)
 
     def close(self) -> None:
         """Release what is not garbage-collected promptly (the denoiser's C state)."""

@@ -13,6 +13,7 @@ model-upgrade workflow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import sys
@@ -98,6 +99,17 @@ def register(subparsers: Any) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    if not args.output:
+        return _run(args, None)
+    # Opened now, so that an --output that cannot be written is found before the whole replay.
+    output = _ResultsFile(Path(args.output))
+    try:
+        return _run(args, output)
+    finally:
+        output.discard()
+
+
+def _run(args: argparse.Namespace, output: _ResultsFile | None) -> int:
     # The model, torch and the Kafka clients load only for this command.
     from pipeline.asr.engine import BiasSource
     from pipeline.asr.factory import build_engine
@@ -106,9 +118,6 @@ def _replay(args: argparse.Namespace) -> int:
     from pipeline.replay.kafka import ChunkSource, ShadowSink
     from pipeline.replay.runner import ReplayOptions, ReplayRunner, StreamClock
     from pipeline.worker.admission import AdmissionLimits
-
-    if args.output:  # found out now, not after the whole replay
-        _check_writable(Path(args.output))
 
     settings = settings_from_args(args)
     if args.step_ms <= 0:
@@ -180,8 +189,8 @@ def _replay(args: argparse.Namespace) -> int:
         partitions=tuple(plan),
     )
     lines = result_lines(header, result)
-    if args.output:
-        _write_atomically(Path(args.output), lines)
+    if output is not None:
+        output.commit(lines)
     elif sink is None:
         for line in lines:
             sys.stdout.buffer.write(line)
@@ -200,35 +209,45 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_writable(path: Path) -> None:
-    """``path`` names a file that ``_write_atomically`` will be able to write."""
-    if path.is_dir():
-        raise ConfigError(f"--output {path} is a directory; name a file")
-    try:
-        handle, probe = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    except OSError as error:
-        raise ConfigError(
-            f"--output {path}: cannot write there: {error.strerror or error}"
-        ) from None
-    os.close(handle)
-    os.unlink(probe)
+class _ResultsFile:
+    """The ``--output`` file, written whole or not at all through one temporary file beside it.
 
+    Made at once (``.NAME.XXXX`` in the target's folder), so that an ``--output`` that cannot be
+    written fails before the replay; ``commit`` writes the lines into it and renames it onto the
+    target; ``discard``, which the owner calls whatever happened, removes it unless committed.
+    The object owns the temporary file and its descriptor.
+    """
 
-def _write_atomically(path: Path, lines: Iterable[bytes]) -> None:
-    """Write to a temporary file next to ``path`` and rename it: never a half-written file."""
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
-    except OSError as error:
-        raise ConfigError(f"cannot write {path}: {error.strerror or error}") from None
-    try:
-        os.fchmod(handle, 0o644)
-        with os.fdopen(handle, "wb") as stream:
+    def __init__(self, path: Path) -> None:
+        if path.is_dir():
+            raise ConfigError(f"--output {path} is a directory; name a file")
+        try:
+            handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+        except OSError as error:
+            raise ConfigError(
+                f"--output {path}: cannot write there: {error.strerror or error}"
+            ) from None
+        self.path = path
+        self._temporary = Path(temporary)
+        self._stream = os.fdopen(handle, "wb")
+        self._committed = False
+
+    def commit(self, lines: Iterable[bytes]) -> None:
+        """Write ``lines`` and rename the file onto the target: never a half-written file."""
+        try:
+            os.fchmod(self._stream.fileno(), 0o644)
             for line in lines:
-                stream.write(line)
-        os.replace(temporary, path)
-    except OSError as error:
-        Path(temporary).unlink(missing_ok=True)
-        raise ConfigError(f"cannot write {path}: {error.strerror or error}") from None
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+                self._stream.write(line)
+            self._stream.close()
+            os.replace(self._temporary, self.path)
+        except OSError as error:
+            raise ConfigError(f"cannot write {self.path}: {error.strerror or error}") from None
+        self._committed = True
+
+    def discard(self) -> None:
+        """Close and remove the temporary file, unless ``commit`` renamed it (idempotent)."""
+        if self._committed:
+            return
+        with contextlib.suppress(OSError):  # discarded: what it could not flush is no loss
+            self._stream.close()
+        self._temporary.unlink(missing_ok=True)

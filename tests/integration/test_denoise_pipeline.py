@@ -33,6 +33,7 @@ from pipeline.settings import AsrSettings, KafkaSettings
 from tests.integration.test_engine_real import (
     CHUNK_MS,
     EMIT_MS,
+    ended_audio_ms,
     finals_of,
     load,
     records,
@@ -135,7 +136,7 @@ def test_denoised_non_speech_gives_no_words(corpus: Corpus, record: dict[str, An
     assert len(ended) == 1
     assert ended[0].utterances == 0
     # The whole file went through the denoiser (its held-back tail drained at the end).
-    assert ended[0].audio_ms == record["num_frames"] * 1000 // record["sample_rate_hz"]
+    assert ended[0].audio_ms == ended_audio_ms(record)
 
 
 @pytest.mark.parametrize("record", records("noisy"), ids=lambda r: r["id"])
@@ -149,7 +150,7 @@ def test_denoised_finals_keep_the_raw_streams_clock(corpus: Corpus, record: dict
     assert abs(words[-1].end_ms - record["speech_end_ms"]) <= WORD_EDGE_TOLERANCE_MS, final
     assert final.start_ms <= words[0].start_ms <= words[-1].end_ms <= final.end_ms
     [ended] = _ended(corpus, record["id"])
-    assert ended.audio_ms == record["num_frames"] * 1000 // record["sample_rate_hz"]
+    assert ended.audio_ms == ended_audio_ms(record)
     assert 0 < ended.speech_ms <= ended.audio_ms
 
 

@@ -28,6 +28,7 @@ from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
 from pipeline.asr.recognizer import RecognitionRequest
 from pipeline.asr.session import SessionKey, SessionSnapshot
 from pipeline.audio.files import CallAudio, read_call_audio
+from pipeline.audio.resample import DELAY_SAMPLES, TARGET_SAMPLE_RATE_HZ
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import EndpointReason, Final, Partial, to_json
 from pipeline.evaluation import WordErrors, normalize_words, word_errors
@@ -128,6 +129,14 @@ def finals_of(outputs: Iterable[EngineOutput], call_id: str) -> list[Final]:
 def by_id(fixture_id: str) -> dict[str, Any]:
     [record] = [r for r in MANIFEST if r["id"] == fixture_id]
     return record
+
+
+def ended_audio_ms(record: dict[str, Any]) -> int:
+    """What ``SessionEnded.audio_ms`` reports for a mono fixture: the whole file, and 8 kHz
+    audio 1 ms late (the resampler's delay comes before it, its tail is drained at the end)."""
+    rate_hz = record["sample_rate_hz"]
+    delay_ms = DELAY_SAMPLES * 1000 // TARGET_SAMPLE_RATE_HZ if rate_hz == 8000 else 0
+    return record["num_frames"] * 1000 // rate_hz + delay_ms
 
 
 def load(record: dict[str, Any], call_id: str | None = None) -> CallAudio:
@@ -383,7 +392,7 @@ def test_every_session_ends_once_with_consistent_stats(corpus: Corpus) -> None:
     assert sorted(o.key.call_id for o in ended) == sorted(r["id"] for r in records(*CORPUS_KINDS))
     for output in ended:
         record = by_id(output.key.call_id)
-        assert output.audio_ms == record["num_frames"] * 1000 // record["sample_rate_hz"]
+        assert output.audio_ms == ended_audio_ms(record)
         assert 0 <= output.speech_ms <= output.audio_ms
         assert output.utterances == len(corpus.finals(output.key.call_id))
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from pipeline.asr.endpoint import EndpointConfig, EndpointReason
 from pipeline.asr.session import FinalJob, Session, SessionKey, SessionSnapshot
 from pipeline.asr.vad import SpeechGateConfig
-from pipeline.audio.resample import Upsampler2x, to_16k
+from pipeline.audio.denoise import StreamDenoiser
+from pipeline.audio.resample import DELAY_SAMPLES, Upsampler2x, to_16k
 
 Audio = npt.NDArray[np.float32]
 
@@ -68,18 +69,50 @@ def test_telephone_chunks_become_the_one_shot_16_khz_signal() -> None:
     for start in range(0, 4000, 333):
         session.accept(narrow[start : start + 333], 8000, None, None)
     assert session.total_samples == 8000
-    assert session.audio(0, 8000).tobytes() == to_16k(narrow, 8000).tobytes()
+    assert session.audio(0, 8000).tobytes() == to_16k(narrow, 8000)[:8000].tobytes()
 
 
-def test_a_rate_change_restarts_the_resampler() -> None:
+def test_the_end_of_a_telephone_stream_keeps_the_resamplers_tail() -> None:
+    session = make_session()
+    narrow = noise(4000)
+    for start in range(0, 4000, 333):
+        session.accept(narrow[start : start + 333], 8000, None, None)
+    session.drain()
+    # Twice the input samples, after the resampler's 1 ms delay: the last input samples too.
+    assert session.total_samples == session.stats.audio_samples == 2 * 4000 + DELAY_SAMPLES
+    assert session.audio(0, session.total_samples).tobytes() == to_16k(narrow, 8000).tobytes()
+    session.drain()
+    assert session.total_samples == 2 * 4000 + DELAY_SAMPLES
+
+
+def test_the_resamplers_tail_is_denoised_before_the_denoiser_is_flushed() -> None:
+    endpoint = EndpointConfig(speech_pad_ms=GATE.speech_pad_ms)
+    session = Session(KEY, "tenant-a", None, GATE, endpoint, FRAME, denoise=True)
+    narrow = noise(4000)
+    for start in range(0, 4000, 333):
+        session.accept(narrow[start : start + 333], 8000, None, None)
+    session.drain()
+    with StreamDenoiser() as denoiser:
+        wide = to_16k(narrow, 8000)
+        expected = np.concatenate([denoiser.process(wide), denoiser.flush()])
+    assert session.total_samples == session.stats.audio_samples == 2 * 4000 + DELAY_SAMPLES
+    assert session.audio(0, session.total_samples).tobytes() == expected.tobytes()
+
+
+def test_a_rate_change_ends_the_resampled_audio_and_restarts_the_resampler() -> None:
     session = make_session()
     first, wide, second = noise(800, 1), noise(1600, 2), noise(800, 3)
     session.accept(first, 8000, None, None)
     session.accept(wide, 16_000, None, None)
     session.accept(second, 8000, None, None)
-    assert session.total_samples == 1600 + 1600 + 1600
-    assert np.array_equal(session.audio(1600, 3200), wide)
-    assert session.audio(3200, 4800).tobytes() == Upsampler2x().process(second).tobytes()
+    first_end = 1600 + DELAY_SAMPLES
+    assert session.total_samples == first_end + 1600 + 1600
+    assert session.audio(0, first_end).tobytes() == to_16k(first, 8000).tobytes()
+    assert np.array_equal(session.audio(first_end, first_end + 1600), wide)
+    assert (
+        session.audio(first_end + 1600, first_end + 3200).tobytes()
+        == Upsampler2x().process(second).tobytes()
+    )
 
 
 def test_capture_time_of_a_sample_comes_from_the_newest_mark_before_it() -> None:
@@ -281,6 +314,9 @@ def test_restore_resumes_position_resampler_and_index() -> None:
     assert restored.gate.snapshot() == session.gate.snapshot()
     session.accept(narrow[20 * 256 :], 8000, None, None)
     restored.accept(narrow[20 * 256 :], 8000, None, None)
+    session.drain()
+    restored.drain()
+    assert restored.total_samples == session.total_samples
     end = session.total_samples
     start = restored.buffer_start_samples
     assert np.array_equal(restored.audio(start, end), session.audio(start, end))

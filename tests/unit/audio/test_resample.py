@@ -10,11 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipeline.audio.resample import TARGET_SAMPLE_RATE_HZ, Upsampler2x, UpsamplerState, to_16k
+from pipeline.audio.resample import (
+    DELAY_SAMPLES,
+    TARGET_SAMPLE_RATE_HZ,
+    Upsampler2x,
+    UpsamplerState,
+    to_16k,
+)
 
 Audio = npt.NDArray[np.float32]
-
-DELAY_SAMPLES = 16  # output samples (1 ms)
 
 
 def sine(frequency_hz: float, samples: int, rate_hz: int, amplitude: float = 0.5) -> Audio:
@@ -75,22 +79,75 @@ def test_the_image_above_4_khz_is_suppressed(frequency_hz: float) -> None:
     assert kept - image > 60.0
 
 
+def full_convolution(signal: Audio) -> npt.NDArray[np.float64]:
+    """``signal`` zero-stuffed and convolved with the filter, in float64, up to where the
+    delayed signal ends. The filter is read off the upsampler's impulse response."""
+    impulse = np.zeros(DELAY_SAMPLES, dtype=np.float32)
+    impulse[0] = 1.0
+    taps = Upsampler2x().process(impulse)  # the 2 * DELAY_SAMPLES taps, centred on DELAY_SAMPLES
+    stuffed = np.zeros(2 * len(signal), dtype=np.float64)
+    stuffed[0::2] = signal
+    return np.convolve(stuffed, taps.astype(np.float64))[: 2 * len(signal) + DELAY_SAMPLES]
+
+
+@settings(deadline=None, max_examples=100)
+@given(cuts=st.lists(st.integers(0, 3000), max_size=12))
+def test_chunks_and_flush_give_the_whole_signal_with_its_tail(cuts: list[int]) -> None:
+    signal = noise(3000, seed=len(cuts))
+    upsampler = Upsampler2x()
+    edges = [0, *sorted(cuts), len(signal)]
+    pieces = [upsampler.process(signal[a:b]) for a, b in itertools.pairwise(edges)]
+    tail = upsampler.flush()
+    assert len(tail) == DELAY_SAMPLES
+    streamed = np.concatenate([*pieces, tail])
+    # The stream followed by silence, bit for bit; the full convolution up to float32 rounding.
+    silence = np.zeros(DELAY_SAMPLES // 2, dtype=np.float32)
+    assert streamed.tobytes() == Upsampler2x().process(np.append(signal, silence)).tobytes()
+    assert streamed.tobytes() == to_16k(signal, 8000).tobytes()
+    assert np.allclose(streamed, full_convolution(signal), rtol=0.0, atol=1e-6)
+
+
+def test_the_tail_holds_the_last_input_samples() -> None:
+    narrow = sine(440.0, 8000, 8000)
+    upsampler = Upsampler2x()
+    wide = np.concatenate([upsampler.process(narrow), upsampler.flush()])
+    # Every other output sample is an input sample, 16 outputs later: all of them, the last 8
+    # (1 ms) coming out with the tail.
+    assert len(wide[DELAY_SAMPLES::2]) == len(narrow)
+    assert np.allclose(wide[DELAY_SAMPLES::2], narrow, atol=1e-5)
+
+
+def test_after_a_flush_the_upsampler_is_as_new() -> None:
+    upsampler = Upsampler2x()
+    assert len(upsampler.flush()) == 0  # nothing processed: nothing held back
+    upsampler.process(noise(100, seed=5))
+    assert len(upsampler.flush()) == DELAY_SAMPLES
+    assert len(upsampler.flush()) == 0
+    assert upsampler.snapshot() == Upsampler2x().snapshot()
+    signal = noise(300, seed=6)
+    assert upsampler.process(signal).tobytes() == Upsampler2x().process(signal).tobytes()
+
+
 def test_a_snapshot_restores_the_stream_bit_for_bit() -> None:
     signal = noise(2000, seed=4)
-    whole = Upsampler2x().process(signal)
+    whole = to_16k(signal, 8000)
     first = Upsampler2x()
     head = first.process(signal[:777])
     state = first.snapshot()
     assert isinstance(state, UpsamplerState)
     assert len(state.history) == 15
-    resumed = Upsampler2x(UpsamplerState(tuple(state.history))).process(signal[777:])
-    assert np.concatenate([head, resumed]).tobytes() == whole.tobytes()
+    resumed = Upsampler2x(UpsamplerState(tuple(state.history)))
+    rest = [resumed.process(signal[777:]), resumed.flush()]
+    assert np.concatenate([head, *rest]).tobytes() == whole.tobytes()
 
 
 def test_to_16k_passes_16_khz_through_and_upsamples_8_khz() -> None:
     wide = noise(500, seed=1)
     assert to_16k(wide, 16000) is wide
     narrow = noise(500, seed=2)
-    assert to_16k(narrow, 8000).tobytes() == Upsampler2x().process(narrow).tobytes()
+    upsampler = Upsampler2x()
+    streamed = np.concatenate([upsampler.process(narrow), upsampler.flush()])
+    assert to_16k(narrow, 8000).tobytes() == streamed.tobytes()
+    assert len(to_16k(np.zeros(0, dtype=np.float32), 8000)) == 0
     with pytest.raises(ValueError, match="44100"):
         to_16k(narrow, 44100)

@@ -1,16 +1,30 @@
-"""``compare`` end to end on files, and ``replay`` / ``tail`` user mistakes (no broker)."""
+"""``compare`` end to end on files, ``replay`` / ``tail`` user mistakes, and ``replay``'s results
+file on a fake engine and source (no broker)."""
 
 from __future__ import annotations
 
+import errno
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import pytest
 
 from pipeline.cli import main
+from pipeline.clock import Clock
 from pipeline.contracts import to_json
+from pipeline.errors import InfrastructureError
+from pipeline.replay.results import PartitionRange
+from pipeline.replay.runner import ChunkRecord
+from pipeline.settings import AsrSettings
 from tests.unit.cli.errors import NO_BROKER, one_error_line
 from tests.unit.replay.builders import final
+from tests.unit.replay.fakes import FakeEngine, call_records
 
 
 def _dump(path: Path, *finals: object) -> Path:
@@ -164,3 +178,136 @@ def test_replay_and_tail_user_mistakes_exit_2_before_kafka(
 ) -> None:
     assert main([*NO_BROKER, *argv]) == 2
     assert match in one_error_line(capsys)
+
+
+# -- replay's results file: one temporary file, made before the replay, never left behind ------
+
+
+class _Source:
+    """A ``ChunkSource`` over one call's records; records what the output folder holds when
+    the replay starts reading, and fails where told."""
+
+    def __init__(self, folder: Path, fail: BaseException | None) -> None:
+        self._folder = folder
+        self._fail = fail
+        self.listing: list[str] = []
+        self.topic = "audio.chunks"
+
+    def plan(self, from_ms: int | None, to_ms: int | None) -> list[PartitionRange]:
+        self.listing = sorted(path.name for path in self._folder.iterdir())
+        return [PartitionRange(0, 0, 3)]
+
+    def read(self, span: PartitionRange) -> list[ChunkRecord]:
+        if self._fail is not None:
+            raise self._fail
+        return call_records("c1", 3)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class _FakeReplay:
+    """``replay`` on a fake engine, and on a fake source once ``source`` made it; every
+    ``tempfile.mkstemp`` call is listed in ``temporaries``."""
+
+    monkeypatch: pytest.MonkeyPatch
+    temporaries: list[str] = field(default_factory=list)
+
+    def source(self, folder: Path, fail: BaseException | None = None) -> _Source:
+        source = _Source(folder, fail)
+        self.monkeypatch.setattr("pipeline.replay.kafka.ChunkSource", lambda kafka, topic: source)
+        return source
+
+
+@pytest.fixture
+def fake_replay(monkeypatch: pytest.MonkeyPatch) -> _FakeReplay:
+    fake = _FakeReplay(monkeypatch)
+    mkstemp = tempfile.mkstemp
+
+    def counting_mkstemp(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        handle, name = mkstemp(*args, **kwargs)
+        fake.temporaries.append(name)
+        return handle, name
+
+    def build_engine(settings: AsrSettings, clock: Clock, **_: object) -> SimpleNamespace:
+        return SimpleNamespace(
+            engine=FakeEngine(clock), model_id="fake-model", device="cpu", dtype="float32"
+        )
+
+    monkeypatch.setattr(tempfile, "mkstemp", counting_mkstemp)
+    monkeypatch.setattr("pipeline.asr.factory.build_engine", build_engine)
+    return fake
+
+
+def test_replay_writes_its_results_through_the_one_temporary_file_it_made_first(
+    tmp_path: Path, fake_replay: _FakeReplay
+) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    source = fake_replay.source(folder)
+    output = folder / "run.jsonl"
+    assert main([*NO_BROKER, "replay", "--calls", "c1", "--output", str(output)]) == 0
+    temporaries = fake_replay.temporaries
+    assert len(temporaries) == 1
+    # Made before the replay read anything, and renamed onto the results at the end.
+    assert source.listing == [Path(temporaries[0]).name]
+    assert source.listing[0].startswith(".run.jsonl.")
+    assert sorted(path.name for path in folder.iterdir()) == ["run.jsonl"]
+    lines = [orjson.loads(line) for line in output.read_bytes().splitlines()]
+    assert [line["type"] for line in lines] == ["header", "final", "call", "totals"]
+    assert output.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.parametrize(
+    ("argv", "fail", "status"),
+    [
+        (["--step-ms", "0"], None, 2),  # a user mistake found after --output was opened
+        ([], InfrastructureError("cannot read offsets of audio.chunks: down"), 1),
+        ([], KeyboardInterrupt(), 130),
+        ([], RuntimeError("a bug"), None),
+    ],
+    ids=["config-error", "kafka-down", "interrupted", "exception"],
+)
+def test_a_failing_replay_leaves_the_results_as_they_were_and_no_temporary_file(
+    tmp_path: Path,
+    fake_replay: _FakeReplay,
+    argv: list[str],
+    fail: BaseException | None,
+    status: int | None,
+) -> None:
+    folder = tmp_path / "results"
+    folder.mkdir()
+    output = folder / "run.jsonl"
+    output.write_bytes(b"the previous run\n")
+    fake_replay.source(folder, fail)
+    command = [*NO_BROKER, "replay", "--calls", "c1", *argv, "--output", str(output)]
+    if status is None:
+        with pytest.raises(RuntimeError, match="a bug"):
+            main(command)
+    else:
+        assert main(command) == status
+    assert len(fake_replay.temporaries) == 1
+    assert sorted(path.name for path in folder.iterdir()) == ["run.jsonl"]
+    assert output.read_bytes() == b"the previous run\n"
+
+
+def test_a_results_file_that_cannot_be_written_at_the_end_is_one_error_line(
+    tmp_path: Path,
+    fake_replay: _FakeReplay,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def disk_full(*_: object) -> Iterator[bytes]:
+        yield b"{}\n"
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr("pipeline.cli.replay.result_lines", disk_full)
+    folder = tmp_path / "results"
+    folder.mkdir()
+    output = folder / "run.jsonl"
+    fake_replay.source(folder)
+    assert main([*NO_BROKER, "replay", "--calls", "c1", "--output", str(output)]) == 2
+    assert one_error_line(capsys).endswith(f"cannot write {output}: No space left on device")
+    assert len(fake_replay.temporaries) == 1
+    assert list(folder.iterdir()) == []
