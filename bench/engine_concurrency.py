@@ -361,8 +361,11 @@ def measure(
     step_budget_ms: int | None = None,
     early_final_ms: int | None = None,
     partial_min_window_ms: int | None = None,
+    quantization: str | None = None,
 ) -> dict[str, Any]:
     settings = AsrSettings(device=device, threads=threads)
+    if quantization is not None:
+        settings = dataclasses.replace(settings, quantization=quantization)
     if partial_min_window_ms is not None:
         settings = dataclasses.replace(settings, partial_min_window_ms=partial_min_window_ms)
     if early_final_ms is not None:
@@ -410,7 +413,9 @@ def _early(level: dict[str, Any]) -> str:
     return "—" if early is None else f"{early['used']} / {early['decoded']}"
 
 
-def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
+def markdown(
+    results: dict[str, Any], threads: int, device: str = "cpu", quantization: str = "none"
+) -> str:
     rows = []
     for level in results["levels"].values():
         p, f, mem = level["chunk_to_view_ms"], level["endpoint_to_final_ms"], level["memory"]
@@ -437,6 +442,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
             "## Concurrent real-time channels through one engine (no Kafka)",
             f"Whisper tiny.en + silero VAD on {device.upper()}"
             + ("" if device == "cpu" else " (float16)")
+            + (" with int8 weights" if quantization == "int8" and device == "cpu" else "")
             + f", {threads} torch thread(s); latencies in ms "
             "as P50 / P95 / P99; memory in MiB (per session: median of plain RSS reads, one a "
             "second, while all sessions are open, no garbage collection or trim in the loop; "
@@ -535,6 +541,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="shortest decoding window of a partial (default: the setting's, 10 s)",
     )
+    parser.add_argument(
+        "--quantization",
+        choices=("none", "int8"),
+        help="Whisper weights on the CPU (default: the setting's)",
+    )
     add_device_option(parser)
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -551,6 +562,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.step_budget_ms,
         args.early_final_ms,
         args.partial_min_window_ms,
+        args.quantization,
     )
     at_target = results["levels"].get(str(TARGET_CHANNELS))
     quiet_overhead = results["quiet_sessions"]["overhead_per_session_bytes"] / 2**20
@@ -586,8 +598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     ]
     latency_figure, memory_figure = plot(results, args.device)
+    int8 = args.quantization == "int8"
     write_results(
-        result_name(NAME, args.device),
+        result_name(f"{NAME}_int8" if int8 else NAME, args.device),
         quick=args.quick,
         config={
             "device": args.device,
@@ -601,6 +614,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "partial_min_window_ms": AsrSettings().partial_min_window_ms
             if args.partial_min_window_ms is None
             else args.partial_min_window_ms,
+            "quantization": args.quantization or AsrSettings().quantization,
             "channels": list(levels),
             "audio_s_per_channel": duration_s,
             "torch_threads": args.threads,
@@ -610,14 +624,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "asr": "AsrSettings() defaults (hop 500 ms, min window 10 s) but for the values above",
         },
         results=results,
-        markdown=markdown(results, args.threads, args.device),
+        markdown=markdown(results, args.threads, args.device, args.quantization or "none"),
         targets=targets,
         figures={"": latency_figure, "memory": memory_figure},
         notes=notes(args.device),
         started_s=started,
         out=args.out,
     )
-    print(markdown(results, args.threads, args.device))
+    print(markdown(results, args.threads, args.device, args.quantization or "none"))
     return 0
 
 

@@ -20,6 +20,8 @@ interleaved over batch sizes and the median is quoted.
 - split (partials): log-mel, encoder, greedy decoder, each timed alone with the public
   functions of ``pipeline.asr.whisper`` on the same windows; plus the encoder alone for
   Whisper's fixed 30 s window (what ``min_window_ms`` = 30 s would cost).
+- int8 (CPU): the same partial and final requests through a recognizer with int8 weights
+  (``Quantization.INT8``), timed interleaved with the float32 ones; speed-up = float32 / int8.
 - VAD: one batched silero call per 32 ms frame for B streams, on the same device → wall time
   per audio second per stream (``s_per_audio_s_per_stream``).
 """
@@ -52,6 +54,7 @@ from pipeline.asr.recognizer import RecognitionRequest
 from pipeline.asr.vad import SileroVad
 from pipeline.asr.whisper.decoding import DecodingOptions, decode, encode_windows
 from pipeline.asr.whisper.mel import log_mel_spectrogram
+from pipeline.asr.whisper.quantize import Quantization
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 
 NAME = "engine_rtf"
@@ -100,12 +103,20 @@ def measure(
     torch.set_num_threads(threads)
     recognizer = WhisperRecognizer(WhisperSettings(device=device))
     model = recognizer.model
+    # int8 weights (CPU only), timed interleaved with float32 on the same requests.
+    quantized = (
+        WhisperRecognizer(WhisperSettings(device=device, quantization=Quantization.INT8))
+        if device == "cpu"
+        else None
+    )
     utterances = single_clips({"utterance"})
     batches = {b: [utterances[i % len(utterances)] for i in range(b)] for b in batch_sizes}
     options = DecodingOptions(max_words_per_second=6.0, max_prompt_tokens=64)
 
     # Warm-up: first calls allocate and pick kernels.
     recognizer.recognize([RecognitionRequest(utterances[0].samples)])
+    if quantized is not None:
+        quantized.recognize([RecognitionRequest(utterances[0].samples)])
     raw: dict[int, dict[str, list[float]]] = {b: {} for b in batch_sizes}
     for _ in range(repeats):
         for b in batch_sizes:
@@ -114,6 +125,9 @@ def measure(
             finals = [RecognitionRequest(c.samples, with_word_timings=True) for c in clips]
             _timed(timings, "partial", recognizer.recognize, partials)
             _timed(timings, "final", recognizer.recognize, finals)
+            if quantized is not None:
+                _timed(timings, "partial_int8", quantized.recognize, partials)
+                _timed(timings, "final_int8", quantized.recognize, finals)
             mels, contents = _timed(timings, "mel", _mels, recognizer, clips, 10_000)
             encoded = _timed(timings, "encoder", encode_windows, model, mels, contents)
             _timed(timings, "decoder", decode, model, encoded, options)
@@ -227,6 +241,24 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
         [v["batch"], fmt(v["call_s"] * 1000, 2), fmt(v["s_per_audio_s_per_stream"], 4)]
         for v in results["vad"].values()
     ]
+    int8_rows = [
+        [
+            entry["batch"],
+            fmt(med["partial_int8"], 3),
+            fmt(med["final_int8"], 3),
+            fmt(med["partial"] / med["partial_int8"], 2),
+            fmt(med["final"] / med["final_int8"], 2),
+        ]
+        for entry in results["batches"].values()
+        if "partial_int8" in (med := entry["median_s"])
+    ]
+    int8_section = [
+        "int8 weights (`STREAMSCRIBE_QUANTIZATION=int8`, `pipeline.asr.whisper.quantize`), "
+        "the same requests timed interleaved with the float32 rows above; WER in engine_wer:",
+        markdown_table(
+            ["B", "partial s", "final s", "partial speed-up", "final speed-up"], int8_rows
+        ),
+    ]
     return "\n\n".join(
         [
             "## Recognizer real-time factor (Whisper tiny.en, "
@@ -253,6 +285,7 @@ def markdown(results: dict[str, Any], threads: int, device: str = "cpu") -> str:
             markdown_table(
                 ["B", "log-mel", "encoder", "decoder", "encoder, 30 s window"], split_rows
             ),
+            *(int8_section if int8_rows else []),
             f"Torch threads (partial decode, batch "
             f"{next(iter(results['threads'].values()))['batch']}, median s): "
             + ", ".join(

@@ -18,6 +18,8 @@ words, per category).
   clip is one utterance; a call channel is decoded turn by turn with the manifest's turn spans
   (oracle segmentation, so the difference to streaming is the engine's own segmentation and
   window policy).
+- **int8 weights**: the default engine with ``quantization="int8"`` (dynamic int8 linear
+  layers, ``pipeline.asr.whisper.quantize``) against float32, same clips, same run.
 - **window cut**: the engine with ``min_window_ms`` 10 s (the default: window = utterance +
   ``margin_ms`` 2 s, rounded up to 1 s, at least 10 s) against 30 s (every window padded to
   Whisper's 30 s); the full run adds no minimum (audio + 2 s) and a 1 s margin.
@@ -79,10 +81,12 @@ class Variant:
     label: str
     min_window_ms: int
     margin_ms: int = 2000
+    quantization: str = "none"
 
 
 QUICK_VARIANTS = (
     Variant("stream_10s", "engine, window ≥ 10 s (default)", 10_000),
+    Variant("stream_10s_int8", "engine, window ≥ 10 s, int8 weights", 10_000, quantization="int8"),
     Variant("stream_30s", "engine, 30 s window", 30_000),
     Variant("stream_5s", "engine, window ≥ 5 s (the partials' minimum)", 5_000),
 )
@@ -103,6 +107,7 @@ def streaming_hypotheses(
         partials=False,
         min_window_ms=variant.min_window_ms,
         margin_ms=variant.margin_ms,
+        quantization=variant.quantization,
     )
     engine = build_engine(settings, ManualClock()).engine
     finals: dict[str, list[Final]] = {clip.clip_id: [] for clip in clips}
@@ -259,6 +264,14 @@ def markdown(results: dict[str, Any]) -> str:
         f"10 s engine decoded in {fmt(base['wall_s'] / max(wide['wall_s'], 1e-9), 2)}× the "
         "time of the 30 s one.",
     ]
+    int8 = systems.get("stream_10s_int8")
+    if int8 is not None:
+        lines.append(
+            f"int8 weights (`STREAMSCRIBE_QUANTIZATION=int8`): WER "
+            f"{fmt(100 * int8['wer']['all']['wer'], 2)} % against "
+            f"{fmt(100 * base['wer']['all']['wer'], 2)} % with float32 weights, decoded in "
+            f"{fmt(int8['wall_s'] / max(base['wall_s'], 1e-9), 2)}× the time."
+        )
     differing = _differing_clips(results)
     if differing:
         lines += [

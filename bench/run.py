@@ -42,6 +42,9 @@ class Benchmark:
     args: tuple[str, ...] = ()
     """Extra arguments, as the committed results were measured (e.g. 2 torch threads where
     the benchmark compares against a system that uses both cores)."""
+    module: str = ""
+    """The ``bench.<module>`` that runs it (default: ``name``; a variant runs another's module
+    with other arguments)."""
 
 
 TWO_THREADS = ("--threads", "2")
@@ -53,6 +56,13 @@ BENCHMARKS = (
         "engine_concurrency",
         "N real-time channels through one engine: latency, CPU, RAM",
         args=TWO_THREADS,
+    ),
+    Benchmark(
+        "engine_concurrency_int8",
+        "the same with int8 Whisper weights (STREAMSCRIBE_QUANTIZATION=int8)",
+        in_quick=False,
+        args=(*TWO_THREADS, "--quantization", "int8"),
+        module="engine_concurrency",
     ),
     Benchmark("transport", "worker with a no-op model vs a bare consumer", needs_kafka=True),
     Benchmark(
@@ -113,7 +123,8 @@ def run_benchmarks(
         if needs_redis and not _service_up("redis.sh") and _service("redis.sh", "up"):
             started_services.append("redis.sh")
         for bench in selected:
-            command = [sys.executable, "-m", f"bench.{bench.name}", "--out", str(out)]
+            module = bench.module or bench.name
+            command = [sys.executable, "-m", f"bench.{module}", "--out", str(out)]
             command += ["--quick"] if quick else []
             command += bench.args
             print(f"\n=== {bench.name}: {bench.summary}", flush=True)

@@ -164,6 +164,14 @@ class AsrSettings:
         expects="auto, cpu, cuda or cuda:N",
     )
     threads: int = setting(0, "TORCH_THREADS", "CPU threads for torch; 0 = all cores", minimum=0)
+    quantization: str = setting(
+        "none",
+        "QUANTIZATION",
+        "Whisper weights on the CPU: none (float32) or int8 (dynamic int8 linear layers); "
+        "CUDA always runs float16",
+        pattern=r"none|int8",
+        expects="none or int8",
+    )
     hop_ms: int = setting(
         500, "HOP_MS", "re-decode an open utterance every this much audio", minimum=1
     )

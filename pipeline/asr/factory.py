@@ -13,6 +13,7 @@ import torch
 from pipeline.asr.endpoint import EndpointConfig
 from pipeline.asr.engine import BiasSource, EngineConfig, StreamingEngine
 from pipeline.asr.vad import SileroVad, SpeechGateConfig
+from pipeline.asr.whisper.quantize import Quantization, is_quantized
 from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.audio.denoise import rnnoise_library_path
@@ -99,6 +100,7 @@ def whisper_settings(settings: AsrSettings, device: str) -> WhisperSettings:
         margin_ms=settings.margin_ms,
         min_window_ms=settings.min_window_ms,
         partial_min_window_ms=settings.partial_min_window_ms,
+        quantization=Quantization(settings.quantization),
     )
 
 
@@ -171,5 +173,6 @@ def build_engine(
     tokenizer = recognizer.model.tokenizer
     source = biases(tokenizer) if biases is not None else None
     engine = StreamingEngine(recognizer, vad, config, clock, source)
-    dtype = str(recognizer.model.dtype).removeprefix("torch.")
+    dtype = "int8" if is_quantized(recognizer.model) else str(recognizer.model.dtype)
+    dtype = dtype.removeprefix("torch.")
     return LoadedEngine(engine, recognizer.model_id, device, dtype, tokenizer)

@@ -12,6 +12,10 @@ channels 1.55 s against 1.59 s in one run, 1.09 s against 0.94 s at 8), while fi
 12.3 % WER against 4.1 % (``bench.engine_wer``, "window ≥ 5 s"). All windows of
 one call are encoded in one batch (the encoder masks each window's padding) and decoded greedily
 in one batch; finals (``with_word_timings``) get cross-attention word timings.
+
+On the CPU the weights may run as int8 (``quantization``, ``pipeline.asr.whisper.quantize``):
+faster, at a measured WER cost (``bench.engine_rtf``, ``bench.engine_wer``); the model id then
+ends in ``-int8``, so finals, metrics and replay reports say which model produced them.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from pipeline.asr.whisper.decoding import (
 )
 from pipeline.asr.whisper.mel import log_mel_spectrogram
 from pipeline.asr.whisper.model import WhisperModel, bundled_model_dir, load_whisper
+from pipeline.asr.whisper.quantize import Quantization, is_quantized, quantize_int8
 
 __all__ = ["WhisperRecognizer", "WhisperSettings"]
 
@@ -53,6 +58,7 @@ class WhisperSettings:
     partial_min_window_ms: int = 10000
     window_step_ms: int = 1000
     max_words_per_second: float = 6.0
+    quantization: Quantization = Quantization.NONE  # applied on the CPU only
 
 
 class WhisperRecognizer:
@@ -62,18 +68,25 @@ class WhisperRecognizer:
     """
 
     def __init__(self, settings: WhisperSettings | None = None, model: WhisperModel | None = None):
+        """Load the model of ``settings`` (quantized per ``settings.quantization`` on the CPU),
+        or use ``model`` as it is (shared, never changed here)."""
         self._settings = settings or WhisperSettings()
-        dtype = torch.float16 if self._settings.device.startswith("cuda") else torch.float32
-        self._model = model or load_whisper(
-            self._settings.model_dir, device=self._settings.device, dtype=dtype
-        )
+        on_cuda = self._settings.device.startswith("cuda")
+        if model is None:
+            dtype = torch.float16 if on_cuda else torch.float32
+            model = load_whisper(
+                self._settings.model_dir, device=self._settings.device, dtype=dtype
+            )
+            if self._settings.quantization is Quantization.INT8 and not on_cuda:
+                quantize_int8(model)
+        self._model = model
         self._options = DecodingOptions(
             max_words_per_second=self._settings.max_words_per_second,
             max_prompt_tokens=MAX_PROMPT_TOKENS,
         )
         model_dir = self._settings.model_dir or bundled_model_dir()
         name = "tiny.en" if self._settings.model_dir is None else Path(model_dir).name
-        self._model_id = f"whisper-{name}"
+        self._model_id = f"whisper-{name}" + ("-int8" if is_quantized(model) else "")
 
     @property
     def model_id(self) -> str:

@@ -294,7 +294,7 @@ MODEL_INFO = MetricSpec(
     (
         LabelSpec("model_id", doc="the loaded model (one per process)"),
         LabelSpec("device", doc="`cpu` or `cuda:N`"),
-        LabelSpec("dtype", doc="`float32` or `float16`"),
+        LabelSpec("dtype", doc="`float32`, `float16` or `int8` (weights)"),
     ),
     "The recognizer model this process serves (value always 1).",
 )

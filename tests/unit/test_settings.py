@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from pipeline import settings as settings_module
-from pipeline.asr.factory import TENANT_ENDPOINTS_ENV
+from pipeline.asr.factory import TENANT_ENDPOINTS_ENV, whisper_settings
+from pipeline.asr.whisper.quantize import Quantization
 from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES
 from pipeline.errors import ConfigError
 from pipeline.replay.runner import ReplayOptions
@@ -258,6 +259,22 @@ def test_an_error_never_shows_a_url_password() -> None:
         load_settings(env={"STREAMSCRIBE_REDIS_URL": "http://u:hunter2@redis:6379"})
     assert "hunter2" not in str(caught.value)
     assert "http://u:***@redis:6379" in str(caught.value)
+
+
+# --- quantization ----------------------------------------------------------------------------
+
+
+def test_int8_weights_are_chosen_by_environment_and_reach_the_recognizer() -> None:
+    settings = load_settings(env={"STREAMSCRIBE_QUANTIZATION": "int8"})
+    assert whisper_settings(settings.asr, "cpu").quantization is Quantization.INT8
+    default = load_settings(env={}).asr
+    assert whisper_settings(default, "cpu").quantization is Quantization.NONE
+
+
+@pytest.mark.parametrize("value", ["INT8", "int4", "fp16", ""])
+def test_another_quantization_is_a_config_error(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"asr\.quantization \(STREAMSCRIBE_QUANTIZATION\)"):
+        load_settings(env={"STREAMSCRIBE_QUANTIZATION": value})
 
 
 # --- device ----------------------------------------------------------------------------------

@@ -265,6 +265,9 @@ class AudioEncoder(nn.Module):
             _EncoderBlock(dims.n_audio_state, dims.n_audio_head) for _ in range(dims.n_audio_layer)
         )
         self.ln_post = nn.LayerNorm(dims.n_audio_state)
+        # Encode each window in a pass of its own (``pipeline.asr.whisper.quantize``: its int8
+        # layers quantize a whole pass with one range, which must not span other windows).
+        self.one_window_per_pass = False
 
     def forward(
         self, mel: torch.Tensor, frame_lengths: torch.Tensor | None = None
@@ -273,8 +276,11 @@ class AudioEncoder(nn.Module):
 
         ``frame_lengths`` (``(batch,)`` int, mel frames) marks how much of each row is real
         window; rows are zero-padded beyond it. ``valid`` is ``(batch, n_positions)`` bool
-        (true = a real encoder position), or ``None`` when no row is padded.
+        (true = a real encoder position), or ``None`` when no row is padded. States at padded
+        positions are unspecified (zero when encoding one window per pass).
         """
+        if self.one_window_per_pass and mel.shape[0] > 1:
+            return self._window_by_window(mel, frame_lengths)
         n_frames = mel.shape[-1]
         x = functional.gelu(self.conv1(mel))
         padded = frame_lengths is not None and bool((frame_lengths < n_frames).any())
@@ -298,6 +304,22 @@ class AudioEncoder(nn.Module):
             x = block(x, mask)
         return self.ln_post(x), valid
 
+    def _window_by_window(
+        self, mel: torch.Tensor, frame_lengths: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        n_frames = mel.shape[-1]
+        lengths = [n_frames] * mel.shape[0] if frame_lengths is None else frame_lengths.tolist()
+        alone = [self(mel[row : row + 1, :, :length])[0][0] for row, length in enumerate(lengths)]
+        n_positions = (n_frames + 1) // 2
+        states = mel.new_zeros(mel.shape[0], n_positions, alone[0].shape[-1])
+        for row, encoded in enumerate(alone):
+            states[row, : encoded.shape[0]] = encoded
+        if all(length == n_frames for length in lengths):
+            return states, None
+        position_lengths = torch.tensor([(length + 1) // 2 for length in lengths])
+        valid = torch.arange(n_positions, device=mel.device) < position_lengths[:, None]
+        return states, valid
+
 
 class TextDecoder(nn.Module):
     """Token ids → hidden states, with a KV cache; :meth:`logits` projects to the vocabulary."""
@@ -320,6 +342,8 @@ class TextDecoder(nn.Module):
             if tied_output
             else nn.Parameter(torch.empty(dims.n_vocab, dims.n_text_state), requires_grad=False)
         )
+        # Replaces the projection when set (``pipeline.asr.whisper.quantize``: int8 on the CPU).
+        self.output_linear: nn.Module | None = None
 
     def new_cache(
         self,
@@ -388,6 +412,9 @@ class TextDecoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Vocabulary logits (float32) of ``hidden`` ``(..., n_text_state)``."""
+        if self.output_linear is not None:
+            projected: torch.Tensor = self.output_linear(hidden)
+            return projected.float()
         weight = self.token_embedding.weight
         if self.output_projection is not None:
             weight = self.output_projection

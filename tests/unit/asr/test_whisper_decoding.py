@@ -23,46 +23,17 @@ from pipeline.asr.whisper.decoding import (
     decode,
     encode_windows,
 )
-from pipeline.asr.whisper.model import WhisperConfig, WhisperDims, WhisperModel, bundled_model_dir
-from pipeline.asr.whisper.tokenizer import load_tokenizer
+from pipeline.asr.whisper.model import WhisperConfig, WhisperModel
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.errors import ConfigError
+from tests.unit.asr.tiny_whisper import mel, tiny_whisper
 
 NO_GUARDS = DecodingOptions(max_words_per_second=None, repetition_guard=False)
 
 
 @pytest.fixture(scope="module")
 def model() -> WhisperModel:
-    torch.manual_seed(0)
-    dims = WhisperDims(
-        n_mels=80,
-        n_audio_ctx=1500,
-        n_audio_state=32,
-        n_audio_head=2,
-        n_audio_layer=1,
-        n_vocab=51864,
-        n_text_ctx=448,
-        n_text_state=32,
-        n_text_head=2,
-        n_text_layer=2,
-    )
-    config = WhisperConfig(
-        suppress_ids=(1, 2, 7, 50257, 50357, 50358, 50359, 50360, 50361),
-        suppress_ids_begin=(220, 50256),
-        alignment_heads=((0, 0), (1, 1)),
-    )
-    tokenizer = load_tokenizer(bundled_model_dir(), multilingual=False)
-    tiny = WhisperModel(dims, config, tokenizer)
-    with torch.no_grad():
-        tiny.encoder.positional_embedding.normal_(std=0.1)
-        tiny.decoder.positional_embedding.normal_(std=0.1)
-    tiny.requires_grad_(False)
-    return tiny.eval()
-
-
-def mel(n_frames: int, seed: int) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return torch.randn(80, n_frames, generator=generator) * 0.5
+    return tiny_whisper()
 
 
 class ForceTokens:
