@@ -627,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         markdown=markdown(results, args.threads, args.device, args.quantization or "none"),
         targets=targets,
         figures={"": latency_figure, "memory": memory_figure},
-        notes=notes(args.device),
+        notes=notes(args.device, args.quantization or "none"),
         started_s=started,
         out=args.out,
     )
@@ -635,9 +635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def notes(device: str) -> list[str]:
-    """The report's notes for a run on ``device``: the comparisons measured on CPU only go
-    into the CPU report."""
+def notes(device: str, quantization: str = "none") -> list[str]:
+    """The report's notes for a run on ``device``: the comparisons measured on CPU with
+    float32 weights only go into that report."""
     common = [
         SHARED_MACHINE_NOTE,
         "RSS growth at small N is dominated by allocator noise (a few MiB spread over "
@@ -654,6 +654,13 @@ def notes(device: str) -> list[str]:
             "in these figures.",
             "The step-budget and early-final comparisons of the CPU report were measured on "
             f"CPU; they were not repeated on {device.upper()}.",
+        ]
+    if quantization != "none":
+        return [
+            *common,
+            "The step-budget and early-final comparisons of the float32 report "
+            "(engine_concurrency) were measured with float32 weights; they were not repeated "
+            f"with {quantization} weights.",
         ]
     return [
         *common,

@@ -315,6 +315,8 @@ class PeerStream:
             if self._upsampler is None:
                 self._upsampler = Upsampler2x()
             samples = self._upsampler.process(samples)
+            if end_of_stream:  # the resampler's held-back last 1 ms, as the engine keeps it
+                samples = np.concatenate([samples, self._upsampler.flush()])
         if len(samples):
             self._audio = np.concatenate([self._audio, samples.astype(np.float32, copy=False)])
             self._total += len(samples)

@@ -245,9 +245,10 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         "broker benchmark creates its topics under a fresh `bench-<name>-<id>.` prefix and "
         "deletes them at the end; worker subprocesses are stopped (their logs go to "
         "`$TMPDIR/streamscribe-bench/`). Torch runs with 1 intra-op thread by default "
-        "(`--threads N`): on the 2-core machine below, 2 threads made the recognizer 3–9× "
-        "and batched VAD 20–40× slower whenever other processes held the cores (see "
-        "engine_rtf). `bench.run` gives engine_concurrency, e2e and peer_sweep 2 threads: "
+        "(`--threads N`): on the 2-core machine below, 2 threads have made the recognizer "
+        "3–9× and batched VAD 20–40× slower whenever other processes held the cores, and "
+        "faster when they did not (engine_rtf's thread row shows the run's own case). "
+        "`bench.run` gives engine_concurrency, e2e and peer_sweep 2 threads: "
         "they measure what the engine does with the whole machine (the peer uses both cores).",
         "",
         "| benchmark | what | mode | measured | wall s |",

@@ -167,8 +167,8 @@ class AsrSettings:
     quantization: str = setting(
         "none",
         "QUANTIZATION",
-        "Whisper weights on the CPU: none (float32) or int8 (dynamic int8 linear layers); "
-        "CUDA always runs float16",
+        "Whisper weights on the CPU: none (float32) or int8 (int8 linear layers, x86 CPUs; "
+        "faster, +0.5 WER point on the fixtures); CUDA always runs float16",
         pattern=r"none|int8",
         expects="none or int8",
     )

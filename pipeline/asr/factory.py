@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable
@@ -13,7 +14,7 @@ import torch
 from pipeline.asr.endpoint import EndpointConfig
 from pipeline.asr.engine import BiasSource, EngineConfig, StreamingEngine
 from pipeline.asr.vad import SileroVad, SpeechGateConfig
-from pipeline.asr.whisper.quantize import Quantization, is_quantized
+from pipeline.asr.whisper.quantize import X86_ENGINES, Quantization, is_quantized
 from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.audio.denoise import rnnoise_library_path
@@ -55,6 +56,8 @@ def resolve_device(device: str) -> str:
             )
     return device
 
+
+logger = logging.getLogger(__name__)
 
 TENANT_ENDPOINTS_ENV = env_variable(AsrSettings, "tenant_endpoints")
 
@@ -102,6 +105,20 @@ def whisper_settings(settings: AsrSettings, device: str) -> WhisperSettings:
         partial_min_window_ms=settings.partial_min_window_ms,
         quantization=Quantization(settings.quantization),
     )
+
+
+def check_quantization(settings: AsrSettings, device: str) -> None:
+    """int8 runs on x86 CPUs only: refused elsewhere on the CPU, ignored (logged) on CUDA."""
+    if Quantization(settings.quantization) is Quantization.NONE:
+        return
+    variable = env_variable(AsrSettings, "quantization")
+    if device.startswith("cuda"):
+        logger.warning("%s=%s is ignored on %s (float16)", variable, settings.quantization, device)
+    elif torch.backends.quantized.engine not in X86_ENGINES:
+        raise ConfigError(
+            f"{variable}={settings.quantization} needs torch's x86 int8 kernels; this CPU has "
+            f"{torch.backends.quantized.engine!r} (use none)"
+        )
 
 
 def engine_config(settings: AsrSettings) -> EngineConfig:
@@ -163,6 +180,7 @@ def build_engine(
     """
     config = engine_config(settings)  # a bad setting fails here, before the model loads
     device = resolve_device(settings.device)
+    check_quantization(settings, device)
     if settings.denoise:
         rnnoise_library_path()  # fail at start-up, not at the first chunk
     threads = settings.threads or os.cpu_count() or 1

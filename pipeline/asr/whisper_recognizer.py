@@ -10,8 +10,9 @@ text is revised and then replaced by the final's. On 2 CPU cores 5 s partial win
 nothing measurable (``bench.engine_concurrency --partial-min-window-ms``: P95 chunk → view at 16
 channels 1.55 s against 1.59 s in one run, 1.09 s against 0.94 s at 8), while finals at 5 s reach
 12.3 % WER against 4.1 % (``bench.engine_wer``, "window ≥ 5 s"). All windows of
-one call are encoded in one batch (the encoder masks each window's padding) and decoded greedily
-in one batch; finals (``with_word_timings``) get cross-attention word timings.
+one call are encoded in one batch (the encoder masks each window's padding; with int8 weights,
+one window per encoder pass) and decoded greedily in one batch; finals
+(``with_word_timings``) get cross-attention word timings.
 
 On the CPU the weights may run as int8 (``quantization``, ``pipeline.asr.whisper.quantize``):
 faster, at a measured WER cost (``bench.engine_rtf``, ``bench.engine_wer``); the model id then

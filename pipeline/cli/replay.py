@@ -215,7 +215,8 @@ class _ResultsFile:
     Made at once (``.NAME.XXXX`` in the target's folder), so that an ``--output`` that cannot be
     written fails before the replay; ``commit`` writes the lines into it and renames it onto the
     target; ``discard``, which the owner calls whatever happened, removes it unless committed.
-    The object owns the temporary file and its descriptor.
+    The object owns the temporary file and its descriptor. A replay killed outright (SIGKILL,
+    out of memory) leaves that hidden file behind; the target itself is never half-written.
     """
 
     def __init__(self, path: Path) -> None:

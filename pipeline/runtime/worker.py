@@ -121,8 +121,9 @@ a commit and its recovery may chain retries for far longer (``RETRY_DEADLINE_S``
 commit, the abort, a new producer's ``init_transactions`` and the committed offsets, then the
 checkpoint reads) and are not a stall while their calls return. So the limit only has to exceed
 the longest single wait (a transactional try of ``TRANSACTION_TIMEOUT_S`` + ``STUCK_GRACE_S``, a
-checkpoint lookup of ``CHECKPOINT_READ_TIMEOUT_S``, a poll, a recognizer step); it is also past
-``max.poll.interval.ms`` (300 s), after which the group has taken the partitions anyway."""
+checkpoint lookup of ``checkpoint_reader.CHECKPOINT_READ_TIMEOUT_S``, a poll, a recognizer
+step); it is also past ``max.poll.interval.ms`` (300 s), after which the group has taken the
+partitions anyway."""
 FETCH_CLOCK_MAX_TICK_MS = 5000
 """The most one loop iteration advances the fetch clock (see ``AsrWorker._tick_fetch_clock``):
 a stall of the loop (commit retries, a checkpoint read) is not a publisher going silent."""
@@ -269,8 +270,8 @@ class AsrWorker:
         for record in records:
             self._handle(record)
         started = time.perf_counter()
-        catching_up = self._catching_up()
-        if catching_up:
+        reading_backlog = self._catching_up()
+        if reading_backlog:
             outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
         else:
             caught_up = bool(self._catch_up_partitions)
@@ -293,7 +294,7 @@ class AsrWorker:
         self._sample_gpu()
         for output in outputs:
             self._route(output)
-        if not catching_up:  # a restored session's chunks may still lie ahead in the backlog
+        if not reading_backlog:  # a restored session's chunks may still lie ahead in the backlog
             self._close_idle_sessions()
         self._drain_notices()
         now_ms = self._clock.now_ms()
@@ -436,7 +437,7 @@ class AsrWorker:
         )
         if decision.verdict is Verdict.DUPLICATE:
             if not replaying:
-                self._outbox.counts.duplicates += 1
+                self._outbox.count_duplicate()
             return
         if decision.verdict is Verdict.REJECT:
             self._book.refused_late(key, offset)
@@ -445,7 +446,7 @@ class AsrWorker:
                 self._dead_letter(record, decision.reason, decision.detail, key)
             return
         if not replaying:
-            self._outbox.counts.admitted += 1
+            self._outbox.count_admitted()
             if decision.new_session:
                 self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
             if decision.gap is not None:
@@ -493,7 +494,7 @@ class AsrWorker:
         self._outbox.stage(
             self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers
         )
-        self._outbox.counts.dead_letter(RejectReason(reason))
+        self._outbox.count_dead_letter(RejectReason(reason))
         self._event(
             EventType.CHUNK_REJECTED,
             key,

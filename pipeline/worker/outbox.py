@@ -58,12 +58,25 @@ class Outbox:
         headers: list[tuple[str, bytes]] | None = None,
         partition: int = -1,
     ) -> None:
+        """Stage a record for the next transaction (after those staged before it)."""
         self.records.append(StagedRecord(topic, key, value, headers, partition))
 
     def stage_final(self, topic: str, final: Final, value: bytes) -> None:
         """A final, keyed by its call (``value`` is its encoding)."""
         self.stage(topic, key=final.call_id.encode(), value=value)
         self.finals.append(final)
+
+    def count_admitted(self) -> None:
+        """A chunk was admitted into a session."""
+        self.counts.admitted += 1
+
+    def count_duplicate(self) -> None:
+        """A chunk was dropped as a duplicate."""
+        self.counts.duplicates += 1
+
+    def count_dead_letter(self, reason: RejectReason) -> None:
+        """A chunk was dead-lettered (its record staged with the DLQ reason)."""
+        self.counts.dead_letter(reason)
 
     def committed(self) -> tuple[list[Final], ChunkCounts]:
         """The commit succeeded: its finals and chunk counts, handed over once; empty after."""

@@ -39,7 +39,8 @@ KINDS = ("utterance", "telephone", "telephone_codec", "noisy")
 
 @pytest.fixture(scope="module")
 def loaded() -> Iterator[LoadedEngine]:
-    settings = replace(AsrSettings(threads=2, partials=False), quantization="int8")
+    # On the CPU: a CUDA device runs float16 and ignores the setting.
+    settings = replace(AsrSettings(device="cpu", threads=2, partials=False), quantization="int8")
     engine = build_engine(settings, ManualClock(EMIT_MS))
     yield engine
     assert not engine.engine.sessions

@@ -279,11 +279,11 @@ class AudioEncoder(nn.Module):
         (true = a real encoder position), or ``None`` when no row is padded. States at padded
         positions are unspecified (zero when encoding one window per pass).
         """
-        if self.one_window_per_pass and mel.shape[0] > 1:
-            return self._window_by_window(mel, frame_lengths)
         n_frames = mel.shape[-1]
-        x = functional.gelu(self.conv1(mel))
         padded = frame_lengths is not None and bool((frame_lengths < n_frames).any())
+        if self.one_window_per_pass and (mel.shape[0] > 1 or padded):
+            return self._window_by_window(mel, frame_lengths)
+        x = functional.gelu(self.conv1(mel))
         if padded:
             assert frame_lengths is not None
             frame_valid = torch.arange(n_frames, device=mel.device) < frame_lengths[:, None]

@@ -26,9 +26,12 @@ from torch import nn
 
 from pipeline.asr.whisper.model import WhisperModel
 
-__all__ = ["Int8Linear", "Quantization", "is_quantized", "quantize_int8"]
+__all__ = ["X86_ENGINES", "Int8Linear", "Quantization", "is_quantized", "quantize_int8"]
 
 _INT8_MAX = 127
+X86_ENGINES = ("x86", "fbgemm")
+"""torch quantized engines whose kernels this module is written for (7-bit activations,
+``reduce_range``; qnnpack on ARM ignores it and is not tested)."""
 _TINY = 1e-30  # the scale of an all-zero row (any positive value gives zeros)
 
 
@@ -107,8 +110,13 @@ def quantize_int8(model: WhisperModel) -> WhisperModel:
     Keeps the model's batching contract (a window's result does not depend on its batch): the
     decoder's linears quantize each row on its own, the encoder's each call, and the encoder
     then runs one window per call. Idempotent. Raises ValueError for a model that is not
-    float32 on the CPU.
+    float32 on the CPU, or on a CPU without torch's x86 quantized kernels.
     """
+    if torch.backends.quantized.engine not in X86_ENGINES:
+        raise ValueError(
+            f"int8 quantization needs torch's x86 kernels; this CPU has "
+            f"{torch.backends.quantized.engine!r}"
+        )
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError(
             f"int8 quantization needs a float32 model on the CPU, not {model.dtype} "

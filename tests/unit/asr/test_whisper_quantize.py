@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+
 import pytest
 import torch
 from torch import nn
 
+from pipeline.asr.factory import check_quantization
 from pipeline.asr.whisper.decoding import DecodingOptions, decode, encode_windows
-from pipeline.asr.whisper.quantize import Int8Linear, is_quantized, quantize_int8
+from pipeline.asr.whisper.quantize import Int8Linear, Quantization, is_quantized, quantize_int8
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
+from pipeline.errors import ConfigError
+from pipeline.settings import AsrSettings
 from tests.unit.asr.tiny_whisper import mel, tiny_whisper
 
 NO_GUARDS = DecodingOptions(max_words_per_second=None, repetition_guard=False)
@@ -100,3 +106,38 @@ def test_a_recognizer_names_the_quantization_in_its_model_id() -> None:
     assert WhisperRecognizer(WhisperSettings(), model=tiny_whisper()).model_id == "whisper-tiny.en"
     quantized = quantize_int8(tiny_whisper())
     assert WhisperRecognizer(WhisperSettings(), model=quantized).model_id == "whisper-tiny.en-int8"
+
+
+def test_a_model_given_to_the_recognizer_is_used_as_it_is() -> None:
+    model = tiny_whisper()
+    recognizer = WhisperRecognizer(WhisperSettings(quantization=Quantization.INT8), model=model)
+    assert not is_quantized(model)
+    assert recognizer.model_id == "whisper-tiny.en"
+
+
+def test_a_padded_window_alone_is_encoded_as_without_its_padding() -> None:
+    model = quantize_int8(tiny_whisper())
+    window = mel(180, 4)
+    padded = torch.zeros(1, 80, 300)
+    padded[0, :, :180] = window
+    states, valid = model.encoder(padded, torch.tensor([180]))
+    alone, _ = model.encoder(window[None])
+    assert valid is not None
+    assert int(valid.sum()) == alone.shape[1]
+    assert torch.equal(states[0, : alone.shape[1]], alone[0])
+
+
+def test_int8_needs_the_x86_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.quantized, "engine", "qnnpack")
+    with pytest.raises(ValueError, match="x86 kernels"):
+        quantize_int8(tiny_whisper())
+    settings = dataclasses.replace(AsrSettings(), quantization="int8")
+    with pytest.raises(ConfigError, match=r"STREAMSCRIBE_QUANTIZATION=int8 needs torch's x86"):
+        check_quantization(settings, "cpu")
+
+
+def test_int8_on_cuda_is_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    settings = dataclasses.replace(AsrSettings(), quantization="int8")
+    with caplog.at_level(logging.WARNING):
+        check_quantization(settings, "cuda:0")
+    assert "STREAMSCRIBE_QUANTIZATION=int8 is ignored on cuda:0" in caplog.text

@@ -22,6 +22,7 @@ from bench.peer import (
 )
 from bench.peer_sweep import Peer, peer_view_updates
 from pipeline.asr.vad import EnergyVad
+from pipeline.audio.resample import DELAY_SAMPLES
 
 RATE = 16_000
 WORD_S = 0.25
@@ -194,3 +195,11 @@ def test_stream_gates_real_speech_with_the_packaged_vad() -> None:
     stream = PeerStream("a", PeerSettings(), PackagedSileroVad(), ScriptedDecoder(loud=0.01))
     finals = [o for o in feed(stream, audio) if isinstance(o, FinalObservation)]
     assert [f.reason for f in finals] == ["silence"]
+
+
+def test_an_8khz_stream_keeps_its_last_millisecond_like_the_engine() -> None:
+    stream = PeerStream("a", PeerSettings(), EnergyVad(), ScriptedDecoder())
+    audio = np.zeros(4000, dtype=np.float32)
+    stream.accept(audio[:2000], RATE // 2, capture_ms=0)
+    stream.accept(audio[2000:], RATE // 2, capture_ms=250, end_of_stream=True)
+    assert stream._total == 2 * len(audio) + DELAY_SAMPLES

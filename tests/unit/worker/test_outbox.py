@@ -29,9 +29,11 @@ def _filled() -> Outbox:
     outbox.stage("events", key=b"worker-1", value=b"{}")
     outbox.stage_final("finals", _final("call:1"), b"final")
     outbox.stage("dlq", key=b"call:2", value=b"raw", headers=[("dlq-reason", b"x")])
-    outbox.counts.admitted += 2
-    outbox.counts.dead_letter(RejectReason.BAD_SEQUENCE)
-    outbox.counts.dead_letter(RejectReason.BAD_SEQUENCE)
+    outbox.count_admitted()
+    outbox.count_admitted()
+    outbox.count_duplicate()
+    outbox.count_dead_letter(RejectReason.BAD_SEQUENCE)
+    outbox.count_dead_letter(RejectReason.BAD_SEQUENCE)
     return outbox
 
 
@@ -50,6 +52,7 @@ def test_a_commit_hands_its_finals_and_counts_over_once() -> None:
     finals, counts = outbox.committed()
     assert [f.call_id for f in finals] == ["call:1"]
     assert counts.admitted == 2
+    assert counts.duplicates == 1
     assert counts.dead_letters == {RejectReason.BAD_SEQUENCE: 2}
     again_finals, again = outbox.committed()
     assert not outbox.records
