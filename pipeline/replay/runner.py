@@ -38,9 +38,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-import numpy.typing as npt
-
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
 from pipeline.asr.session import SessionKey
 from pipeline.contracts.audio_chunk import decode_chunk
@@ -48,6 +45,7 @@ from pipeline.contracts.messages import Final
 from pipeline.errors import ChunkRejectedError
 from pipeline.settings import WorkerSettings
 from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
+from pipeline.worker.intake import ChunkSink, feed_chunk
 
 __all__ = [
     "ChunkRecord",
@@ -64,27 +62,15 @@ MAX_CLOSING_STEPS = 1000
 """Steps allowed to drain a partition's closed sessions (one or two suffice; more is a bug)."""
 
 
-class ReplayEngine(Protocol):
-    """What the runner needs of ``pipeline.asr.engine.StreamingEngine`` (a fake in unit tests)."""
+class ReplayEngine(ChunkSink, Protocol):
+    """What the runner needs of ``pipeline.asr.engine.StreamingEngine`` (a fake in unit tests):
+    ``accept`` (``ChunkSink``) and the rest."""
 
     @property
     def model_id(self) -> str: ...
 
     @property
     def sessions(self) -> Mapping[SessionKey, object]: ...
-
-    def accept(
-        self,
-        key: SessionKey,
-        samples: npt.NDArray[np.float32],
-        sample_rate_hz: int,
-        *,
-        tenant: str = "default",
-        capture_ms: int | None = None,
-        position: int | None = None,
-        flush: bool = False,
-        end_of_stream: bool = False,
-    ) -> None: ...
 
     def step(self, max_jobs: int | None = None) -> list[EngineOutput]: ...
 
@@ -305,16 +291,7 @@ class ReplayRunner:
             self._clock.observe(record.timestamp_ms)
         stream.last_audio_ms = self._clock.now_ms()
         stream.last_sent_ms = record.timestamp_ms
-        self._engine.accept(
-            key,
-            chunk.samples_float32(),
-            chunk.sample_rate_hz,
-            tenant=chunk.tenant,
-            capture_ms=chunk.capture_ms,
-            position=record.offset,
-            flush=chunk.flush,
-            end_of_stream=chunk.end_of_stream,
-        )
+        feed_chunk(self._engine, key, chunk, record.offset)
         self._fed_since_step += 1
         if self._step_due():
             self._step()

@@ -11,8 +11,9 @@ One loop, read top to bottom::
 
 The decisions are pure and live in ``pipeline.worker``: ``admission`` (which chunks a session
 takes), ``book`` (the partitions owned, each session's partition, calls ended recently),
-``outbox`` (what the next commit publishes and counts), ``flow`` (thinning, backpressure,
-catch-up). This module applies them to Kafka, the engine and the metrics.
+``outbox`` (what the next commit publishes and counts), ``intake`` (an admitted chunk into the
+engine, as replay does it), ``flow`` (thinning, backpressure, catch-up). This module applies
+them to Kafka, the engine and the metrics.
 
 Exactly-once finals. Finals, checkpoints, dead letters and consumer offsets are committed in one
 Kafka transaction. The committed offset of a partition is its *low watermark* (the first record a
@@ -106,6 +107,7 @@ from pipeline.worker.checkpoint import (
     encode_key,
 )
 from pipeline.worker.flow import PartialThinning, catching_up, paused_after
+from pipeline.worker.intake import feed_chunk
 from pipeline.worker.outbox import Outbox
 from pipeline.worker.progress import PartitionProgress
 
@@ -462,16 +464,7 @@ class AsrWorker:
         session.last_activity_ms = self._fetch_clock_ms
         session.last_offset = offset
         session.dirty = True
-        self._engine.accept(
-            key,
-            chunk.samples_float32(),
-            chunk.sample_rate_hz,
-            tenant=chunk.tenant,
-            capture_ms=chunk.capture_ms,
-            position=offset,
-            flush=chunk.flush,
-            end_of_stream=chunk.end_of_stream,
-        )
+        feed_chunk(self._engine, key, chunk, offset)
 
     def _dead_letter(
         self, record: Message, reason: str, detail: str, key: SessionKey | None
