@@ -14,7 +14,7 @@ import torch
 from pipeline.asr.endpoint import EndpointConfig
 from pipeline.asr.engine import BiasSource, EngineConfig, StreamingEngine
 from pipeline.asr.vad import SileroVad, SpeechGateConfig
-from pipeline.asr.whisper.quantize import X86_ENGINES, Quantization, is_quantized
+from pipeline.asr.whisper.quantize import Quantization, check_kernels, is_quantized
 from pipeline.asr.whisper.tokenizer import WhisperTokenizer
 from pipeline.asr.whisper_recognizer import WhisperRecognizer, WhisperSettings
 from pipeline.audio.denoise import rnnoise_library_path
@@ -114,11 +114,11 @@ def check_quantization(settings: AsrSettings, device: str) -> None:
     variable = env_variable(AsrSettings, "quantization")
     if device.startswith("cuda"):
         logger.warning("%s=%s is ignored on %s (float16)", variable, settings.quantization, device)
-    elif torch.backends.quantized.engine not in X86_ENGINES:
-        raise ConfigError(
-            f"{variable}={settings.quantization} needs torch's x86 int8 kernels; this CPU has "
-            f"{torch.backends.quantized.engine!r} (use none)"
-        )
+        return
+    try:
+        check_kernels()
+    except ValueError as error:
+        raise ConfigError(f"{variable}={settings.quantization} {error} (use none)") from None
 
 
 def engine_config(settings: AsrSettings) -> EngineConfig:

@@ -281,8 +281,14 @@ class AudioEncoder(nn.Module):
         """
         n_frames = mel.shape[-1]
         padded = frame_lengths is not None and bool((frame_lengths < n_frames).any())
+        valid: torch.Tensor | None = None
+        if padded:
+            assert frame_lengths is not None
+            n_positions = (n_frames + 1) // 2  # conv2 has stride 2
+            position_lengths = (frame_lengths + 1) // 2
+            valid = torch.arange(n_positions, device=mel.device) < position_lengths[:, None]
         if self.one_window_per_pass and (mel.shape[0] > 1 or padded):
-            return self._window_by_window(mel, frame_lengths)
+            return self._window_by_window(mel, frame_lengths), valid
         x = functional.gelu(self.conv1(mel))
         if padded:
             assert frame_lengths is not None
@@ -293,32 +299,22 @@ class AudioEncoder(nn.Module):
         if n_positions > self.positional_embedding.shape[0]:
             raise ValueError(f"{n_frames} mel frames exceed the encoder's trained window")
         x = x + self.positional_embedding[:n_positions]
-        valid: torch.Tensor | None = None
-        mask: torch.Tensor | None = None
-        if padded:
-            assert frame_lengths is not None
-            position_lengths = (frame_lengths + 1) // 2
-            valid = torch.arange(n_positions, device=mel.device) < position_lengths[:, None]
-            mask = valid[:, None, None, :]
+        mask = None if valid is None else valid[:, None, None, :]
         for block in self.blocks:
             x = block(x, mask)
         return self.ln_post(x), valid
 
     def _window_by_window(
         self, mel: torch.Tensor, frame_lengths: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ) -> torch.Tensor:
+        """Each row encoded alone, cut to its length; zero states beyond it."""
         n_frames = mel.shape[-1]
         lengths = [n_frames] * mel.shape[0] if frame_lengths is None else frame_lengths.tolist()
         alone = [self(mel[row : row + 1, :, :length])[0][0] for row, length in enumerate(lengths)]
-        n_positions = (n_frames + 1) // 2
-        states = mel.new_zeros(mel.shape[0], n_positions, alone[0].shape[-1])
+        states = mel.new_zeros(mel.shape[0], (n_frames + 1) // 2, alone[0].shape[-1])
         for row, encoded in enumerate(alone):
             states[row, : encoded.shape[0]] = encoded
-        if all(length == n_frames for length in lengths):
-            return states, None
-        position_lengths = torch.tensor([(length + 1) // 2 for length in lengths])
-        valid = torch.arange(n_positions, device=mel.device) < position_lengths[:, None]
-        return states, valid
+        return states
 
 
 class TextDecoder(nn.Module):
@@ -415,10 +411,14 @@ class TextDecoder(nn.Module):
         if self.output_linear is not None:
             projected: torch.Tensor = self.output_linear(hidden)
             return projected.float()
-        weight = self.token_embedding.weight
+        return functional.linear(hidden, self.output_weight).float()
+
+    @property
+    def output_weight(self) -> torch.Tensor:
+        """The vocabulary projection ``(n_vocab, n_text_state)``: the token embedding when tied."""
         if self.output_projection is not None:
-            weight = self.output_projection
-        return functional.linear(hidden, weight).float()
+            return self.output_projection
+        return self.token_embedding.weight
 
 
 class WhisperModel(nn.Module):

@@ -26,7 +26,14 @@ from torch import nn
 
 from pipeline.asr.whisper.model import WhisperModel
 
-__all__ = ["X86_ENGINES", "Int8Linear", "Quantization", "is_quantized", "quantize_int8"]
+__all__ = [
+    "X86_ENGINES",
+    "Int8Linear",
+    "Quantization",
+    "check_kernels",
+    "is_quantized",
+    "quantize_int8",
+]
 
 _INT8_MAX = 127
 X86_ENGINES = ("x86", "fbgemm")
@@ -112,11 +119,7 @@ def quantize_int8(model: WhisperModel) -> WhisperModel:
     then runs one window per call. Idempotent. Raises ValueError for a model that is not
     float32 on the CPU, or on a CPU without torch's x86 quantized kernels.
     """
-    if torch.backends.quantized.engine not in X86_ENGINES:
-        raise ValueError(
-            f"int8 quantization needs torch's x86 kernels; this CPU has "
-            f"{torch.backends.quantized.engine!r}"
-        )
+    check_kernels()
     if model.device.type != "cpu" or model.dtype != torch.float32:
         raise ValueError(
             f"int8 quantization needs a float32 model on the CPU, not {model.dtype} "
@@ -127,10 +130,16 @@ def quantize_int8(model: WhisperModel) -> WhisperModel:
     _swap_linears(model.decoder, row_ranges=True)
     decoder = model.decoder
     if decoder.output_linear is None:
-        projection = decoder.output_projection
-        weight = decoder.token_embedding.weight if projection is None else projection
-        decoder.output_linear = Int8Linear(weight)
+        decoder.output_linear = Int8Linear(decoder.output_weight)
     return model
+
+
+def check_kernels() -> None:
+    """Raise ValueError unless torch's quantized engine is one this module is written for
+    (``X86_ENGINES``)."""
+    engine = torch.backends.quantized.engine
+    if engine not in X86_ENGINES:
+        raise ValueError(f"needs torch's x86 kernels for int8; this CPU has {engine!r}")
 
 
 def is_quantized(model: WhisperModel) -> bool:

@@ -3,31 +3,14 @@
 from __future__ import annotations
 
 from pipeline.contracts.audio_chunk import RejectReason
-from pipeline.contracts.messages import EndpointReason, Final
 from pipeline.worker.outbox import Outbox
-
-
-def _final(call_id: str) -> Final:
-    return Final(
-        call_id=call_id,
-        channel="agent",
-        utterance_index=0,
-        utterance_id=f"{call_id}/agent/0",
-        text="hello",
-        words=(),
-        start_ms=0,
-        end_ms=500,
-        endpoint_reason=EndpointReason.SILENCE,
-        model_id="tiny.en",
-        emit_ms=900,
-        capture_ms=600,
-    )
+from tests.qa_builders import final
 
 
 def _filled() -> Outbox:
     outbox = Outbox()
     outbox.stage("events", key=b"worker-1", value=b"{}")
-    outbox.stage_final("finals", _final("call:1"), b"final")
+    outbox.stage_final("finals", final("agent", 0, "hello", 0, call_id="call:1"), b"final")
     outbox.stage("dlq", key=b"call:2", value=b"raw", headers=[("dlq-reason", b"x")])
     outbox.count_admitted()
     outbox.count_admitted()
