@@ -41,6 +41,36 @@ fetch() {
 . "$HERE/pidfile.sh"
 pid_alive() { pidfile_alive "$RUN/kafka.pid" "kafka.Kafka $RUN/server.properties"; }
 
+# The broker this `up` launched, if any. While it starts it is judged by its PID alone: until the
+# forked shell reaches exec its command line is still bash's, so the pattern check above can call
+# a broker that is starting dead (seen in CI on a loaded machine) and orphan it.
+STARTED_PID=""
+
+# process_alive PID: it exists and is not a zombie waiting to be reaped.
+process_alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [ "$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)" != Z ]
+}
+
+starting_alive() {
+  if [ -n "$STARTED_PID" ]; then
+    process_alive "$STARTED_PID"
+  else
+    pid_alive
+  fi
+}
+
+# stop_pid PID: SIGTERM, up to 30 s for a clean shutdown, then SIGKILL.
+stop_pid() {
+  kill "$1" 2>/dev/null || return 0
+  for _ in $(seq 1 60); do
+    process_alive "$1" || return 0
+    sleep 0.5
+  done
+  log "still running after 30 s, killing"
+  kill -9 "$1" 2>/dev/null || true
+}
+
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; }
 
 write_config() {
@@ -110,8 +140,12 @@ format_storage() {
 wait_ready() {
   local deadline=$((SECONDS + READY_TIMEOUT_S))
   while [ "$SECONDS" -lt "$deadline" ]; do
-    if ! pid_alive; then
-      log "broker exited during start-up; last lines of $RUN/server.log and stdout:"
+    if ! starting_alive; then
+      local status=""
+      if [ -n "$STARTED_PID" ]; then
+        status=" with status $(wait "$STARTED_PID" && echo 0 || echo $?)"
+      fi
+      log "broker exited during start-up$status; last lines of $RUN/server.log and stdout:"
       tail -n 20 "$RUN/server.log" "$RUN/stdout.log" >&2 2>/dev/null || true
       rm -f "$RUN/kafka.pid"
       exit 1
@@ -123,7 +157,12 @@ wait_ready() {
     sleep 1
   done
   log "broker not ready after ${READY_TIMEOUT_S}s, stopping it; see $RUN/server.log"
-  down
+  if [ -n "$STARTED_PID" ]; then
+    stop_pid "$STARTED_PID"
+    rm -f "$RUN/kafka.pid"
+  else
+    down
+  fi
   exit 1
 }
 
@@ -157,7 +196,8 @@ up() {
   nohup java $KAFKA_HEAP -XX:+UseG1GC -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$RUN/log4j2.yaml" -cp "$LIBS/*" kafka.Kafka \
     "$RUN/server.properties" >"$RUN/stdout.log" 2>&1 &
-  echo $! >"$RUN/kafka.pid"
+  STARTED_PID=$!
+  echo "$STARTED_PID" >"$RUN/kafka.pid"
   wait_ready
   log "ready on 127.0.0.1:$KAFKA_PORT (pid $(cat "$RUN/kafka.pid"))"
 }
@@ -168,17 +208,7 @@ down() {
     log "not running"
     return 0
   fi
-  local pid
-  pid="$(cat "$RUN/kafka.pid")"
-  kill "$pid"
-  for _ in $(seq 1 60); do
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.5
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    log "still running after 30 s, killing"
-    kill -9 "$pid" || true
-  fi
+  stop_pid "$(cat "$RUN/kafka.pid")"
   rm -f "$RUN/kafka.pid"
   log "stopped"
 }
