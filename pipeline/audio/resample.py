@@ -47,7 +47,9 @@ _NO_HISTORY = np.zeros(_TAPS_PER_PHASE - 1, dtype=np.float32)
 
 @dataclass(frozen=True, slots=True)
 class UpsamplerState:
-    """The last ``_TAPS_PER_PHASE - 1`` input samples (float32), oldest first."""
+    """The last ``_TAPS_PER_PHASE - 1`` input samples (float32), oldest first, of an upsampler in
+    the middle of a stream (it holds a tail back); empty for one as new (nothing processed since
+    it was made or last flushed), which holds nothing back."""
 
     history: tuple[float, ...]
 
@@ -57,9 +59,9 @@ class Upsampler2x:
 
     def __init__(self, state: UpsamplerState | None = None) -> None:
         # Replaced, never written in place: the fresh history can be shared.
-        self._history = _NO_HISTORY if state is None else np.asarray(state.history, np.float32)
-        # A restored upsampler is in the middle of a stream: it holds a tail back.
-        self._holds_tail = state is not None
+        fresh = state is None or not state.history
+        self._history = _NO_HISTORY if fresh else np.asarray(state.history, np.float32)
+        self._holds_tail = not fresh
 
     def process(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Twice as many output samples as input samples (delayed by ``DELAY_SAMPLES``)."""
@@ -94,6 +96,8 @@ class Upsampler2x:
         return out
 
     def snapshot(self) -> UpsamplerState:
+        if not self._holds_tail:
+            return UpsamplerState(())
         return UpsamplerState(tuple(float(x) for x in self._history))
 
 

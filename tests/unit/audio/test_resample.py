@@ -141,6 +141,19 @@ def test_a_snapshot_restores_the_stream_bit_for_bit() -> None:
     assert np.concatenate([head, *rest]).tobytes() == whole.tobytes()
 
 
+def test_a_snapshot_keeps_whether_a_tail_is_held() -> None:
+    # One as new (never fed, or flushed) restores as new: flushing it adds nothing, where a
+    # stream that ended in silence (all-zero history) still holds its tail of DELAY_SAMPLES.
+    flushed = Upsampler2x()
+    flushed.process(noise(100, seed=7))
+    flushed.flush()
+    for fresh in (Upsampler2x(), flushed):
+        assert len(Upsampler2x(fresh.snapshot()).flush()) == 0
+    silent = Upsampler2x()
+    silent.process(np.zeros(100, dtype=np.float32))
+    assert len(Upsampler2x(silent.snapshot()).flush()) == DELAY_SAMPLES
+
+
 def test_to_16k_passes_16_khz_through_and_upsamples_8_khz() -> None:
     wide = noise(500, seed=1)
     assert to_16k(wide, 16000) is wide
