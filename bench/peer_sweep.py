@@ -2,6 +2,11 @@
 
     .venv/bin/python -m bench.peer [--quick] [--channels 1 2 4 …] [--systems streamscribe peer]
 
+The systems: **streamscribe** (the default settings: the one the targets judge),
+**streamscribe-int8** (the same with ``STREAMSCRIBE_QUANTIZATION=int8``, full sweep only, shown
+beside: what the opt-in int8 weights buy in channels and cost in WER on this load), and the peer's
+variants **peer** and **peer-1s**.
+
 Both systems get the same live load, with the latency definitions of
 ``bench/engine_concurrency.py``:
 
@@ -79,6 +84,7 @@ from pipeline.asr.engine import EngineOutput, StreamingEngine
 from pipeline.asr.factory import engine_config, whisper_settings
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import SileroVad
+from pipeline.asr.whisper.quantize import Quantization
 from pipeline.asr.whisper_recognizer import WhisperRecognizer
 from pipeline.contracts.messages import Final
 from pipeline.evaluation import WordErrors, word_errors
@@ -98,6 +104,14 @@ PEER_HOPS_MS: dict[str, int | None] = {"peer": None, "peer-1s": 1000}
 """The peer's variants by system name, with their hop: ``peer`` decodes every ``--peer-hop-ms``
 (default the engine's 500 ms: the same latency floor), ``peer-1s`` every 1 s (whisper_streaming's
 ``min-chunk-size``: fewer decodes, steadier agreement, a chunk waits up to 1 s for its first)."""
+OURS: dict[str, Quantization] = {
+    "streamscribe": Quantization.NONE,
+    "streamscribe-int8": Quantization.INT8,
+}
+"""Streamscribe's variants by system name. The targets judge ``streamscribe`` (the defaults);
+the others are set against it on the same audio."""
+QUICK_SYSTEMS = ("streamscribe", *PEER_HOPS_MS)
+FULL_SYSTEMS = (*OURS, *PEER_HOPS_MS)
 TARGET_WER_POINTS = 0.5
 VAD_WARM_UP_FRAMES = 3
 
@@ -128,18 +142,18 @@ class _Recording(StreamingEngine):
 
 
 class Streamscribe:
-    """Our engine as ``build_engine`` makes it (CPU, default ``AsrSettings``), run by
-    ``engine_concurrency.run_level``."""
+    """Our engine as ``build_engine`` makes it (CPU, default ``AsrSettings`` but for
+    ``quantization``), run by ``engine_concurrency.run_level``."""
 
-    name = "streamscribe"
-
-    def __init__(self, threads: int) -> None:
-        self._settings = AsrSettings(device="cpu", threads=threads)
+    def __init__(self, threads: int, name: str = "streamscribe") -> None:
+        self.name = name
+        self._settings = AsrSettings(device="cpu", threads=threads, quantization=OURS[name].value)
         self._threads = threads
         vad = SileroVad(device="cpu")
         torch.set_num_threads(threads)  # after silero's load, as build_engine does
         recognizer = WhisperRecognizer(whisper_settings(self._settings, "cpu"))
         self._model_id = recognizer.model_id
+        self._dtype = "int8" if OURS[name] is Quantization.INT8 else "float32"
         self.engine = _Recording(recognizer, vad, engine_config(self._settings))
         self._max_step_jobs = WorkerSettings().max_step_jobs
 
@@ -147,7 +161,8 @@ class Streamscribe:
         config = self.engine.config
         return {
             "engine": "StreamingEngine, AsrSettings defaults, CPU (as build_engine)",
-            "model": f"{self._model_id} (torch float32)",
+            "model": f"{self._model_id} (torch {self._dtype})",
+            "quantization": self._settings.quantization,
             "torch_threads": self._threads,
             "hop_ms": config.hop_ms,
             "min_decode_ms": config.min_decode_ms,
@@ -454,25 +469,31 @@ def sustained_channels(levels: Sequence[dict[str, Any]]) -> tuple[int, bool]:
     return best, at_least
 
 
-def _pooled_wer(results: dict[str, list[dict[str, Any]]], peer: str) -> dict[str, Any]:
-    """Streamscribe's and ``peer``'s WER, each pooled over the N both ran (the same audio)."""
+def _pooled_wer(
+    results: dict[str, list[dict[str, Any]]], other: str, ours: str = "streamscribe"
+) -> dict[str, Any]:
+    """``ours``'s and ``other``'s WER, each pooled over the N both ran (the same audio): under
+    the keys ``streamscribe`` and ``peer`` when ``ours`` is streamscribe (set against a peer),
+    else under the two systems' names; ``difference_points`` is ours − other."""
     common = sorted(
-        {lv["channels"] for lv in results["streamscribe"]}
-        & {lv["channels"] for lv in results[peer]}
+        {lv["channels"] for lv in results[ours]} & {lv["channels"] for lv in results[other]}
     )
+    keys = ("streamscribe", "peer") if ours == "streamscribe" else (ours, other)
     pooled: dict[str, Any] = {"channels": common}
-    for name, key in (("streamscribe", "streamscribe"), (peer, "peer")):
+    for name, key in zip((ours, other), keys, strict=True):
         errors = sum(
             (WordErrors(**lv["word_errors"]) for lv in results[name] if lv["channels"] in common),
             WordErrors(),
         )
         pooled[key] = errors.wer
-    pooled["difference_points"] = 100 * (pooled["streamscribe"] - pooled["peer"])
+    pooled["difference_points"] = 100 * (pooled[keys[0]] - pooled[keys[1]])
     return pooled
 
 
 def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Per system: runs and sustained N; both: the ratio and WER pooled over the N both ran."""
+    """Per system: runs and sustained N; streamscribe against the peer: the ratio and WER pooled
+    over the N both ran; each other variant of ours (``variants``): its WER against
+    streamscribe's, pooled likewise."""
     summary: dict[str, Any] = {"systems": {}}
     for name, levels in results.items():
         best, at_least = sustained_channels(levels)
@@ -483,7 +504,13 @@ def summarize(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "sustained_is_lower_bound": at_least,
             "first_failing_channels": min(failing, default=None),
         }
-    peers = [name for name in results if name != "streamscribe"]
+    peers = [name for name in results if name not in OURS]
+    if "streamscribe" in results:
+        summary["variants"] = {
+            name: {"wer_pooled": _pooled_wer(results, "streamscribe", ours=name)}
+            for name in results
+            if name in OURS and name != "streamscribe"
+        }
     if "streamscribe" in results and peers:
         # The peer at its best on each axis: its capacity is the variant that sustains most
         # channels, its WER the variant with the lowest (a shorter hop buys latency with WER).
@@ -593,6 +620,16 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
             f"{pooled['peer_variant']} {fmt(100 * pooled['peer'], 2)} % "
             f"({pooled['difference_points']:+.2f} points)."
         )
+    for name, variant in summary.get("variants", {}).items():
+        pooled = variant["wer_pooled"]
+        parts.append(
+            f"{name} beside streamscribe, WER pooled over N = "
+            f"{', '.join(map(str, pooled['channels']))} (the same audio): {name} "
+            f"{fmt(100 * pooled[name], 2)} %, streamscribe "
+            f"{fmt(100 * pooled['streamscribe'], 2)} % "
+            f"({pooled['difference_points']:+.2f} points). The targets judge streamscribe, "
+            "the defaults."
+        )
     settings = [
         f"- {name}: " + "; ".join(f"{key} = {value}" for key, value in described.items())
         for name, described in config["systems"].items()
@@ -614,7 +651,12 @@ def plot(summary: dict[str, Any]) -> Any:
     from matplotlib import pyplot
 
     figure, (latency, cpu) = pyplot.subplots(1, 2, figsize=(11, 4))
-    colors = {"streamscribe": "tab:blue", "peer": "tab:orange", "peer-1s": "tab:red"}
+    colors = {
+        "streamscribe": "tab:blue",
+        "streamscribe-int8": "tab:green",
+        "peer": "tab:orange",
+        "peer-1s": "tab:red",
+    }
     ticks: set[int] = set()
     for name, system in summary["systems"].items():
         levels = system["runs"]
@@ -683,7 +725,7 @@ def targets(summary: dict[str, Any]) -> list[Target]:
 def measure(
     quick: bool,
     counts: Sequence[int] | None = None,
-    system_names: Sequence[str] = ("streamscribe", *PEER_HOPS_MS),
+    system_names: Sequence[str] | None = None,
     threads: int = DEFAULT_TORCH_THREADS,
     peer_settings: PeerSettings | None = None,
     out: Path | None = None,
@@ -697,6 +739,7 @@ def measure(
     """
     started = time.monotonic()
     counts = tuple(counts or (QUICK_CHANNELS if quick else FULL_CHANNELS))
+    system_names = tuple(system_names or (QUICK_SYSTEMS if quick else FULL_SYSTEMS))
     calibration: dict[str, float] = {}
     if peer_settings is None and set(PEER_HOPS_MS) & set(system_names):
         cores = os.cpu_count() or 1
@@ -708,8 +751,8 @@ def measure(
     )
     systems: list[Streamscribe | Peer] = []
     for name in system_names:
-        if name == "streamscribe":
-            systems.append(Streamscribe(threads))
+        if name in OURS:
+            systems.append(Streamscribe(threads, name))
         else:
             hop_ms = PEER_HOPS_MS[name] or peer_settings.hop_ms
             systems.append(Peer(dataclasses.replace(peer_settings, hop_ms=hop_ms), name))
@@ -760,6 +803,7 @@ def _numbers(summary: dict[str, Any], found: Sequence[Target]) -> dict[str, Any]
         "channel_ratio": summary.get("channel_ratio"),
         "channel_ratio_bounds": summary.get("channel_ratio_bounds"),
         "wer_pooled": summary.get("wer_pooled"),
+        "variants": summary.get("variants"),
         "targets": [target.to_dict() for target in found],
     }
 
@@ -803,9 +847,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--systems",
         nargs="+",
-        default=["streamscribe", *PEER_HOPS_MS],
-        choices=["streamscribe", *PEER_HOPS_MS],
-        help="which systems to run",
+        choices=[*OURS, *PEER_HOPS_MS],
+        help=f"which systems to run (default: {' '.join(FULL_SYSTEMS)}; "
+        f"quick: {' '.join(QUICK_SYSTEMS)})",
     )
     parser.add_argument(
         "--peer-threads",

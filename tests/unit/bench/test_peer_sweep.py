@@ -108,6 +108,23 @@ def test_the_peer_is_judged_at_its_best_on_each_axis() -> None:
     assert pooled["by_peer"]["peer"]["peer"] == 8 / 200
 
 
+def test_our_int8_variant_is_set_beside_streamscribe_not_counted_as_a_peer() -> None:
+    # int8 sustains more than everything else: the ratio still sets the defaults (streamscribe)
+    # against the best peer, and int8's WER is pooled against streamscribe's on the N both ran.
+    ours = [level(1, 0.3, True), level(4, 1.0, True, errors=1), level(8, 2.0, False, errors=1)]
+    int8 = [level(1, 0.2, True, errors=2), level(4, 0.6, True, errors=2), level(8, 1.2, True)]
+    peer = [level(1, 0.9, True), level(2, 2.0, False)]
+    summary = summarize({"streamscribe": ours, "streamscribe-int8": int8, "peer": peer})
+    assert summary["capacity_peer"] == "peer"
+    assert summary["channel_ratio"] == 4
+    assert set(summary["wer_pooled"]["by_peer"]) == {"peer"}
+    assert summary["systems"]["streamscribe-int8"]["sustained_channels"] == 8
+    pooled = summary["variants"]["streamscribe-int8"]["wer_pooled"]
+    assert pooled["channels"] == [1, 4, 8]
+    assert (pooled["streamscribe-int8"], pooled["streamscribe"]) == (4 / 300, 2 / 300)
+    assert pooled["difference_points"] == pytest.approx(100 * 2 / 300)
+
+
 def test_a_peer_sustaining_nothing_bounds_the_ratio_by_one_channel() -> None:
     ours = [level(1, 0.3, True), level(8, 1.0, True), level(16, 2.0, False)]
     peer = [level(1, 1.6, False), level(2, 1.7, False)]
@@ -139,6 +156,7 @@ def test_report_only_rebuilds_summary_markdown_and_figure(tmp_path: Path) -> Non
             run_entry(4, 0.6, True),
             run_entry(8, 2.0, False),
         ],
+        "streamscribe-int8": [run_entry(1, 0.2, True), run_entry(4, 0.4, True)],
         "peer": [run_entry(1, 1.2, True), run_entry(4, 3.6, False)],
     }
     report = {
@@ -149,11 +167,12 @@ def test_report_only_rebuilds_summary_markdown_and_figure(tmp_path: Path) -> Non
     }
     (tmp_path / "peer_sweep.json").write_text(json.dumps(report))
     numbers = rerender(tmp_path)
-    assert numbers["sustained_channels"] == {"streamscribe": 4, "peer": 1}
+    assert numbers["sustained_channels"] == {"streamscribe": 4, "streamscribe-int8": 4, "peer": 1}
     assert numbers["channel_ratio"] == 4
     assert numbers["channel_ratio_bounds"] == [4 / 3, 7]
     text = (tmp_path / "peer_sweep.md").read_text()
     assert "between 1.33× and 7.00×" in text
+    assert "streamscribe-int8 beside streamscribe, WER pooled over N = 1, 4" in text
     assert (tmp_path / "peer_sweep.png").stat().st_size > 0
 
 
