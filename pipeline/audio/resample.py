@@ -59,9 +59,9 @@ class Upsampler2x:
 
     def __init__(self, state: UpsamplerState | None = None) -> None:
         # Replaced, never written in place: the fresh history can be shared.
-        fresh = state is None or not state.history
-        self._history = _NO_HISTORY if fresh else np.asarray(state.history, np.float32)
-        self._holds_tail = not fresh
+        history = () if state is None else state.history
+        self._history = np.asarray(history, np.float32) if history else _NO_HISTORY
+        self._holds_tail = bool(history)
 
     def process(self, samples: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         """Twice as many output samples as input samples (delayed by ``DELAY_SAMPLES``)."""
