@@ -28,6 +28,7 @@ what a final says.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,6 +65,8 @@ __all__ = [
     "VadModel",
 ]
 
+logger = logging.getLogger(__name__)
+
 
 class BiasSource(Protocol):
     """Hotword biasing for a session: the bias to apply to its next decode, or None."""
@@ -83,7 +86,9 @@ class VadModel(Protocol):
 
     def export_state(self, state: Any) -> tuple[tuple[float, ...], tuple[float, ...]]: ...
 
-    def import_state(self, data: tuple[tuple[float, ...], tuple[float, ...]]) -> Any: ...
+    def import_state(self, data: tuple[tuple[float, ...], tuple[float, ...]]) -> Any:
+        """The state ``export_state`` gave; ``ValueError`` for one this VAD cannot take."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +217,7 @@ class StreamingEngine:
         self._clock = clock or WallClock()
         self._sessions: dict[SessionKey, Session] = {}
         self._expected_finals_through: dict[SessionKey, int] = {}
+        self._expected_next_index: dict[SessionKey, int] = {}
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
         self.last_vad_s: float | None = None
@@ -252,6 +258,7 @@ class StreamingEngine:
                 denoise=self._config.denoise,
             )
             session.finals_through = self._expected_finals_through.pop(key, -1)
+            session.next_index = self._expected_next_index.pop(key, 0)
             self._sessions[key] = session
         return session
 
@@ -294,11 +301,16 @@ class StreamingEngine:
         if session is not None:
             session.close()
         self._expected_finals_through.pop(key, None)
+        self._expected_next_index.pop(key, None)
 
-    def expect(self, key: SessionKey, finals_through: int) -> None:
-        """A session that will be replayed from its first chunk: utterances ``<= finals_through``
-        were finalized before a failover and are not emitted again."""
+    def expect(self, key: SessionKey, finals_through: int, *, next_index: int = 0) -> None:
+        """A session that will be replayed: utterances ``<= finals_through`` were finalized
+        before a failover and are not emitted again. From its first chunk, ``next_index`` is 0;
+        from a later chunk (records before it were released by a snapshot that turned out
+        unusable), it is the snapshot's: the replay's utterances continue the numbering."""
         self._expected_finals_through[key] = finals_through
+        if next_index:
+            self._expected_next_index[key] = next_index
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -309,20 +321,27 @@ class StreamingEngine:
             return None
         return session.snapshot(self._vad.export_state(session.vad_state))
 
-    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> bool:
+    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> None:
         """Recreate a session from a snapshot; utterances ``<= finals_through`` are not emitted.
 
-        Returns False, and restores nothing, when snapshots cannot be used (denoising: RNNoise's
-        state lives in C): the session must then be replayed from its first chunk (``expect``).
+        Cold where the snapshot cannot carry a state: a denoising engine starts RNNoise afresh
+        (its state lives in C; a denoising owner takes no snapshots, but the last owner may not
+        have denoised), and a VAD state that does not fit this VAD (another model version)
+        starts from the VAD's initial state. Both cost a few frames of accuracy; replaying
+        instead is impossible, as the snapshot released the records before it.
+
+        Raises:
+            ValueError, TypeError: a snapshot this engine cannot use at all (the session is then
+                not restored: ``drop`` it).
         """
-        if self._config.denoise:
-            self.expect(key, finals_through)
-            return False
         session = self._session(key, snapshot.tenant)
         session.restore(snapshot)
-        session.vad_state = self._vad.import_state(snapshot.vad_state)
+        try:
+            session.vad_state = self._vad.import_state(snapshot.vad_state)
+        except ValueError as error:
+            logger.warning("VAD state of %s does not fit, starting it cold: %s", key, error)
+            session.vad_state = self._vad.new_state()
         session.finals_through = finals_through
-        return True
 
     # -- work --------------------------------------------------------------------------------
 

@@ -190,8 +190,14 @@ class SileroVad:
         return tuple(lstm), tuple(context)
 
     def import_state(self, data: tuple[tuple[float, ...], tuple[float, ...]]) -> VadStreamState:
-        """The inverse of :meth:`export_state`."""
+        """The inverse of :meth:`export_state`. ``ValueError`` for a state of another shape
+        (exported by another model version): it would fail the whole batch at its first frame."""
         lstm, context = data
+        if len(lstm) != 2 * self._hidden_size or len(context) != self.context_samples:
+            raise ValueError(
+                f"a state of {len(lstm)} LSTM and {len(context)} context values; this VAD "
+                f"has {2 * self._hidden_size} and {self.context_samples}"
+            )
         return VadStreamState(
             lstm=torch.tensor(lstm, dtype=torch.float64, device=self._device).reshape(2, -1),
             context=torch.tensor(context, dtype=torch.float32, device=self._device),
@@ -295,6 +301,8 @@ class EnergyVad:
         return (float(state.frames_processed),), ()
 
     def import_state(self, data: tuple[tuple[float, ...], tuple[float, ...]]) -> EnergyVadState:
+        if len(data[0]) != 1 or data[1]:
+            raise ValueError("not an EnergyVad state (one frame count, no context)")
         state = EnergyVadState()
         state.frames_processed = int(data[0][0])
         return state

@@ -272,7 +272,8 @@ class AsrWorker:
         for record in records:
             self._handle(record)
         started = time.perf_counter()
-        reading_backlog = self._catching_up()
+        # Paused, the backlog cannot be read: decode, so that the finals drain and fetching resumes.
+        reading_backlog = not self.status.paused and self._catching_up()
         if reading_backlog:
             outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
         else:
@@ -302,7 +303,10 @@ class AsrWorker:
         now_ms = self._clock.now_ms()
         if self._commit_needed or now_ms - self._last_commit_ms >= self._worker.commit_interval_ms:
             self._commit()
-        self._backpressure()
+        if not reading_backlog:
+            # Reading a backlog queues finals without decoding them, by design: pausing for them
+            # would stop the reading that ends the catch-up (it is bounded by CATCH_UP_MAX_S).
+            self._backpressure()
         self._partials.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
         self._progressed()
@@ -427,6 +431,12 @@ class AsrWorker:
         known = progress.sessions.get(key)
         if known is not None and offset <= known.skip_through:
             return  # covered by the session's restored snapshot
+        if replaying and known is None and self._admission.state(key) is None:
+            # Handled by an earlier owner, yet neither checkpointed nor remembered: that owner
+            # refused the call (an admitted session is checkpointed at the commit that moves
+            # past its first record). Refused again, quietly (its dead letter is out), whatever
+            # this worker's own load: admitted here, it would be transcribed unannounced.
+            return
         duration_ms = chunk.duration_ms
         # The session limit is waived only for calls an earlier owner admitted: every admitted
         # session is checkpointed at the commit that moves past its first record.
@@ -635,6 +645,9 @@ class AsrWorker:
                     and key in self._engine.sessions
                 ):
                     self._engine.close(key)
+                    # Closed now: a chunk that comes before its final is out is refused as
+                    # after an end-of-stream (dead-lettered), not fed to a stream that is over.
+                    self._admission.end(key)
                     session.last_activity_ms = now_ms
 
     # -- commits ---------------------------------------------------------------------------
@@ -793,7 +806,9 @@ class AsrWorker:
             session.checkpointed_finals_through = session.finals_through
             session.dirty = snapshot is None
         if progress.next_offset >= 0:  # nothing fetched yet: the restored value stands
-            progress.handled_through = progress.next_offset - 1
+            # Never lowered: a new owner's replay starts below what the last owner handled, and
+            # the rest of that replay must still count as handled (no dead letter or event twice).
+            progress.handled_through = max(progress.handled_through, progress.next_offset - 1)
         if progress.handled_through != progress.checkpointed_handled_through:
             self._outbox.stage(
                 topic,
@@ -916,8 +931,11 @@ class AsrWorker:
         else:
             self._consumer.resume(self._assignment())
         self.status.paused = paused
-        self._metrics.set_paused_partitions(len(self.status.assigned) if paused else 0)
+        self._count_paused_partitions()
         self._event(EventType.BACKPRESSURE, detail={"paused": paused, "pending_jobs": pending})
+
+    def _count_paused_partitions(self) -> None:
+        self._metrics.set_paused_partitions(len(self.status.assigned) if self.status.paused else 0)
 
     def _assignment(self) -> list[TopicPartition]:
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
@@ -934,8 +952,14 @@ class AsrWorker:
         self.status.assigned = self.status.assigned | frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
         self._event(EventType.PARTITIONS_ASSIGNED, detail={"partitions": sorted(numbers)})
-        if self.status.paused and partitions:
-            consumer.pause(partitions)
+        if partitions:
+            # librdkafka keeps a partition's pause through a revoke and a later re-assignment:
+            # one revoked while paused would come back paused for good unless resumed here.
+            if self.status.paused:
+                consumer.pause(partitions)
+            else:
+                consumer.resume(partitions)
+        self._count_paused_partitions()
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
@@ -947,6 +971,7 @@ class AsrWorker:
         self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": sorted(numbers)})
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
+        self._count_paused_partitions()
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
@@ -959,6 +984,7 @@ class AsrWorker:
         self._forget(numbers)
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
+        self._count_paused_partitions()
         self._event(EventType.PARTITIONS_LOST, detail={"partitions": sorted(numbers)})
 
     def _drop_partition_output(self) -> None:
@@ -1021,18 +1047,23 @@ class AsrWorker:
             last = checkpoint.snapshot.last_position
             session.skip_through = last if last is not None else -1
         else:
-            self._engine.expect(key, checkpoint.finals_through)
+            # Replayed from the committed offset: the call's first record without a snapshot,
+            # else the first record after the unusable snapshot, whose numbering it continues.
+            next_index = checkpoint.snapshot.next_index if checkpoint.snapshot else 0
+            self._engine.expect(key, checkpoint.finals_through, next_index=next_index)
 
     def _restore_snapshot(self, key: SessionKey, snapshot: SessionSnapshot, finals: int) -> bool:
-        """``engine.restore``, except that a snapshot the engine cannot use (a corrupt record
-        that decoded) is logged and replaced by a replay from the committed offset: a bad
-        record in the compacted topic must not stop every worker that takes the partition."""
+        """``engine.restore``; False when the engine cannot use the snapshot (a corrupt record
+        that decoded): logged, and replaced by a replay from the committed offset, as a bad
+        record in the compacted topic must not stop every worker that takes the partition. The
+        audio the snapshot covered is then lost; its utterances were finalized already."""
         try:
-            return self._engine.restore(key, snapshot, finals)
+            self._engine.restore(key, snapshot, finals)
         except (ValueError, TypeError, RuntimeError, ConfigError) as error:
             logger.error("checkpoint of %s is unusable, replaying it instead: %r", key, error)
             self._engine.drop(key)
             return False
+        return True
 
     def _read_checkpoints(self, partitions: Sequence[int]) -> Checkpoints:
         """The latest checkpoints of these partitions (``read_checkpoints``)."""

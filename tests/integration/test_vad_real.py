@@ -176,6 +176,17 @@ def test_empty_batch(vad: SileroVad) -> None:
     assert as_protocol.speech_probs(np.zeros((0, FRAME), dtype=np.float32), []).shape == (0,)
 
 
+def test_a_state_exported_by_another_shape_of_vad_is_refused(vad: SileroVad) -> None:
+    # A checkpoint written by another model version: taken as is, it would fail the whole
+    # batch at its first frame (torch.stack of unequal states).
+    lstm, context = vad.export_state(vad.new_state())
+    assert vad.import_state((lstm, context)) is not None
+    with pytest.raises(ValueError, match="this VAD has"):
+        vad.import_state((lstm + lstm, context))
+    with pytest.raises(ValueError, match="this VAD has"):
+        vad.import_state((lstm, context[:-1]))
+
+
 def test_missing_weights_are_a_model_load_error(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError):
         SileroVad(jit_path=tmp_path / "missing.jit")

@@ -648,13 +648,19 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     try:
         wait_for_owners(topics.bootstrap_servers, events_topic, ("w-term",), PARTITIONS, 180)
         publisher = Publisher(topics, calls, speed=2.0).start()
-        read_topic(  # mid-call: it has handled and committed some of the call
-            topics.bootstrap_servers,
-            events_topic,
-            lambda ev: any(e["type"] == "session_started" for e in ev),
-            60,
-        )
-        time.sleep(3)
+        # Mid-call, once it has committed past the call's first records: that takes a snapshot
+        # between two utterances (an open one holds its records), so a fixed wait after the
+        # first chunk raced a loaded machine.
+        audio_topic = _topic(topics, "audio.chunks")
+        deadline_s = time.monotonic() + 90
+        while not any(
+            offset > 0
+            for offset in committed_offsets(
+                topics.bootstrap_servers, group_id, audio_topic, PARTITIONS
+            )
+        ):
+            assert time.monotonic() < deadline_s, worker.log()
+            time.sleep(0.5)
         exit_s = worker.terminate()
         publisher.join()
     finally:
@@ -662,9 +668,7 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     assert worker.process is not None
     assert worker.process.returncode == 0, worker.log()
     assert exit_s < 10 + 2
-    offsets = committed_offsets(
-        topics.bootstrap_servers, group_id, _topic(topics, "audio.chunks"), PARTITIONS
-    )
+    offsets = committed_offsets(topics.bootstrap_servers, group_id, audio_topic, PARTITIONS)
     assert any(offset > 0 for offset in offsets), worker.log()
     events = read_topic(
         topics.bootstrap_servers,

@@ -899,6 +899,31 @@ def test_session_ended_counts_the_utterances_finalized_before_a_failover(path: s
     assert replayed[-1] == outputs[-1]
 
 
+def test_a_vad_state_that_does_not_fit_restarts_the_vad_cold() -> None:
+    # Another VAD version's state: the rest of the snapshot still holds (the records before it
+    # are released, replaying is impossible), the VAD starts from its initial state.
+    original, _ = make_engine()
+    original.accept(KEY, signal(20), RATE_HZ)
+    original.step()
+    snapshot = original.snapshot(KEY)
+    assert snapshot is not None
+    foreign = dataclasses.replace(snapshot, vad_state=((7.0,) * 256, (0.0,) * 64))
+    restored, _ = make_engine()
+    restored.restore(KEY, foreign, finals_through=-1)
+    session = restored.sessions[KEY]
+    assert session.total_samples == snapshot.total_samples
+    assert session.vad_state.frames_processed == 0  # EnergyVad's initial state
+    outputs = run(restored, signal(10, 40, 30))
+    assert [f.utterance_index for f in finals(outputs)] == [0]
+
+
+def test_an_expected_session_continues_the_numbering_it_is_given() -> None:
+    engine, _ = make_engine()
+    engine.expect(KEY, finals_through=2, next_index=3)
+    outputs = run(engine, signal(10, 40, 30, 40, 30))
+    assert [f.utterance_index for f in finals(outputs)] == [3, 4]
+
+
 def test_drop_forgets_a_session_and_its_expectation() -> None:
     engine, _ = make_engine()
     engine.accept(KEY, signal(10, 40), RATE_HZ)

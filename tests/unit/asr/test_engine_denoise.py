@@ -1,4 +1,4 @@
-"""The engine with the RNNoise stage on: same utterances, all audio out, no snapshots."""
+"""The engine with the RNNoise stage on: same utterances, all audio out, no snapshots of its own."""
 
 from __future__ import annotations
 
@@ -28,16 +28,27 @@ def test_denoised_stream_keeps_its_length_and_ends_cleanly() -> None:
     assert all(f.end_ms <= ended[0].audio_ms for f in finals(outputs))
 
 
-def test_no_snapshot_while_denoising_and_restore_falls_back_to_replay() -> None:
+def test_no_snapshot_while_denoising() -> None:
     engine = _denoising()
     engine.accept(KEY, signal(20), 16000)
     engine.step()
     assert engine.snapshot(KEY) is None
+
+
+def test_a_snapshot_of_a_plain_owner_is_restored_with_rnnoise_started_cold() -> None:
+    # A takeover by a denoising worker (a rollout of STREAMSCRIBE_DENOISE): the records before
+    # the snapshot are released, so the session must continue from it, numbering and time.
     plain, _ = make_engine()
-    plain.accept(KEY, signal(20), 16000)
-    plain.step()
+    outputs = run(plain, signal(10, 40, 30), end_of_stream=False)
+    assert [f.utterance_index for f in finals(outputs)] == [0]
     snapshot = plain.snapshot(KEY)
     assert snapshot is not None
+    assert snapshot.next_index == 1
     other = _denoising()
-    assert other.restore(KEY, snapshot, finals_through=3) is False
-    assert KEY not in other.sessions
+    other.restore(KEY, snapshot, finals_through=0)
+    session = other.sessions[KEY]
+    assert (session.next_index, session.total_samples) == (1, snapshot.total_samples)
+    more = signal(20)
+    ended = [o for o in run(other, more) if isinstance(o, SessionEnded)]
+    assert len(ended) == 1
+    assert ended[0].audio_ms == (snapshot.total_samples + len(more)) * 1000 // 16000

@@ -626,22 +626,6 @@ def test_lost_partitions_drop_their_pending_counts() -> None:
     assert registry.get_sample_value("asr_dlq_total", {"reason": "missing_header"}) == 0
 
 
-def test_a_takeover_does_not_admit_a_call_the_dead_owner_refused_at_its_limit() -> None:
-    clock = ManualClock(1_000_000)
-    first, committed = _worker(clock, max_open_sessions=1)
-    first._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
-    first._iteration()
-    first._commit()
-    assert first.status.dead_letters == 1  # B: too_many_sessions
-    survivor, producer = _takeover(clock, committed, max_open_sessions=1)
-    survivor._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
-    survivor._iteration()
-    survivor._commit()
-    assert SessionKey("B", "mono") not in survivor._engine.sessions
-    assert survivor._admission.state(("B", "mono")) is None
-    assert not any("dlq" in topic for topic, *_ in producer.committed)  # refused once, already
-
-
 class _AbortFails(_FailingOnce):
     """Its first commit times out; aborting then fails fatally with ``code``."""
 
