@@ -24,7 +24,10 @@ every input is idempotent (finals are recognized by utterance id, session events
 summary is written to qa.calls *before* the state that records its publication, so a crash can at
 worst repeat the same revision of a summary, never lose one. An input offset is committed only
 once the broker has acknowledged the changelog writes of the records it covers
-(``_DurableFlushProducer``): otherwise a crash right after a commit lost table state.
+(``_DurableFlushProducer``): otherwise a crash right after a commit lost table state. A summary
+the broker does not acknowledge is an infrastructure failure, not bad input: the record that
+produced it is processed again, with a backoff, until its summary is delivered (the worker's
+input waits meanwhile), never skipped.
 
 Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
 creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
@@ -40,7 +43,7 @@ import asyncio
 import logging
 import ssl
 import tempfile
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -56,7 +59,7 @@ from prometheus_client.exposition import choose_encoder
 
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import Event, EventType, Final, to_json, utterance_id_parts
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, PublishError
 from pipeline.qa.metrics import QaMetrics, RecordKind
 from pipeline.qa.records import (
     InputKind,
@@ -92,6 +95,10 @@ INPUT_RETENTION_MS = 7 * 24 * 3_600_000
 SESSION_TIMEOUT_S = 10.0
 #: How long an offset commit waits for the table changelog writes it covers to be acknowledged.
 FLUSH_TIMEOUT_S = 60.0
+#: The wait before an input record whose summary was not delivered is processed again; it
+#: doubles on each failure in a row, up to ``PUBLISH_RETRY_MAX_S``.
+PUBLISH_RETRY_FIRST_S = 0.5
+PUBLISH_RETRY_MAX_S = 30.0
 _TABLE_TYPES: Mapping[str, Any] = {"key_type": str, "value_type": bytes}
 _RAW: Mapping[str, Any] = {**_TABLE_TYPES, "key_serializer": "raw", "value_serializer": "raw"}
 
@@ -360,6 +367,7 @@ class QaApp:
         self._ready_since_ms: int | None = None
         self._ticks_pending: set[str] = set()
         self._background: set[asyncio.Task[None]] = set()
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._wire()
 
     @property
@@ -486,6 +494,69 @@ class QaApp:
         self.metrics.count_record(kind)
         await self.input_topic.send(key=call_id, value=encode_input(envelope, value or b""))
 
+    async def _handle_input(
+        self, topic: str, partition: int, offset: int, call_id: str | None, value: bytes | None
+    ) -> None:
+        """Process one record of the input topic; returns once it is processed or skipped.
+
+        A record that cannot be used (no call id, bad payload, or a bug while processing it) is
+        skipped and reported (``_reject``): the app keeps going. A summary that could not be
+        delivered is not the record's fault: the record is processed again after a backoff
+        (``PUBLISH_RETRY_FIRST_S`` doubling up to ``PUBLISH_RETRY_MAX_S``) until its summary is
+        delivered or the app stops (``asyncio.CancelledError`` propagates); meanwhile the input
+        waits, and its lag grows. Processing a record again is safe: every input is idempotent
+        and the call state is written only after the delivery.
+        """
+        retry_s = PUBLISH_RETRY_FIRST_S
+        while True:
+            try:
+                if call_id is None:
+                    raise RecordRejectedError(
+                        RecordRejectReason.INVALID_FIELD, "input without a call id key"
+                    )
+                await self._process(call_id, value)
+                return
+            except PublishError as error:
+                self.metrics.count_publish_failure()
+                logger.warning(
+                    "%s; processing %s[%d]@%d again in %.1f s",
+                    error,
+                    topic,
+                    partition,
+                    offset,
+                    retry_s,
+                )
+                await self._sleep(retry_s)
+                retry_s = min(2 * retry_s, PUBLISH_RETRY_MAX_S)
+            except RecordRejectedError as error:
+                await self._reject(topic, partition, offset, error.reason, error.detail, call_id)
+                return
+            except Exception as error:
+                # The app must keep going on any one bad record; the traceback is logged.
+                logger.exception("processing call %s failed", call_id)
+                await self._reject(
+                    topic,
+                    partition,
+                    offset,
+                    RecordRejectReason.PROCESSING_ERROR,
+                    repr(error),
+                    call_id,
+                )
+                return
+
+    async def _publish(self, call_id: str, record: bytes) -> None:
+        """Send a summary to qa.calls and wait for the broker's acknowledgement.
+
+        Raises:
+            PublishError: the send or its delivery failed (broker unreachable past the
+                producer's timeout, not authorized, ...).
+        """
+        try:
+            delivery = await self.calls_topic.send(key=call_id, value=record)
+            await delivery
+        except Exception as error:  # not CancelledError: stopping is not a failure to publish
+            raise PublishError(f"summary of call {call_id} not delivered: {error!r}") from error
+
     def _load_finals(self, state: CallState) -> list[Final]:
         finals = []
         for uid in state.utterance_ids:
@@ -527,8 +598,6 @@ class QaApp:
                 del self.calls[call_id]
                 logger.info("call %s expired from the QA tables", call_id)
                 return
-        if after.end_reason is not None and (before is None or not before.ended):
-            self.metrics.count_ended(after.end_reason)
         wait_ms = self.analytics.publication_wait_ms(after)
         if wait_ms is not None and not after.complete:
             wait_ms = max(wait_ms, self._startup_grace_ms())
@@ -536,13 +605,16 @@ class QaApp:
             after, summary = self.analytics.publish(after, self._load_finals(after))
             if summary is not None:
                 # Delivered before the state that records it: a crash repeats, never loses it.
-                delivery = await self.calls_topic.send(key=call_id, value=fit_record(summary))
-                await delivery
+                await self._publish(call_id, fit_record(summary))
                 self.metrics.count_published(summary.revision)
                 logger.info("published call %s revision %d", call_id, summary.revision)
         elif wait_ms is not None:
             self._tick_later(call_id, wait_ms)
         self.calls[call_id] = after.to_json()
+        # Counted once the state records the end: a record processed again (its summary not
+        # delivered) must not count the call's end twice.
+        if after.end_reason is not None and (before is None or not before.ended):
+            self.metrics.count_ended(after.end_reason)
 
     def _startup_grace_ms(self) -> int:
         """How much longer an incomplete ended call must wait because this process only just
@@ -713,33 +785,13 @@ class QaApp:
         async def process(stream: faust.StreamT[bytes]) -> None:
             async for event in stream.events():
                 message = event.message
-                call_id = event.key if isinstance(event.key, str) else None
-                try:
-                    if call_id is None:
-                        raise RecordRejectedError(
-                            RecordRejectReason.INVALID_FIELD, "input without a call id key"
-                        )
-                    await shell._process(call_id, event.value)
-                except RecordRejectedError as error:
-                    await shell._reject(
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        error.reason,
-                        error.detail,
-                        call_id,
-                    )
-                except Exception as error:
-                    # The app must keep going on any one bad record; the traceback is logged.
-                    logger.exception("processing call %s failed", call_id)
-                    await shell._reject(
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        RecordRejectReason.PROCESSING_ERROR,
-                        repr(error),
-                        call_id,
-                    )
+                await shell._handle_input(
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    event.key if isinstance(event.key, str) else None,
+                    event.value,
+                )
 
         interval_s = min(10.0, max(0.1, self.analytics.idle_timeout_ms / 10_000))
 
