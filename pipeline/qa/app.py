@@ -23,11 +23,12 @@ on its consumer instead (``_ReadCommittedConsumerThread``). At-least-once is saf
 every input is idempotent (finals are recognized by utterance id, session events are sets) and a
 summary is written to qa.calls *before* the state that records its publication, so a crash can at
 worst repeat the same revision of a summary, never lose one. An input offset is committed only
-once the broker has acknowledged the changelog writes of the records it covers
-(``_DurableFlushProducer``): otherwise a crash right after a commit lost table state. A summary
-the broker does not acknowledge is an infrastructure failure, not bad input: the record that
-produced it is processed again, with a backoff, until its summary is delivered (the worker's
-input waits meanwhile), never skipped.
+once the broker has acknowledged the changelog writes and re-keyed input records of the records
+it covers, and never after any of them failed (``_DurableFlushProducer``): otherwise a crash
+right after a commit lost table state, or a forwarded record. A summary the broker does not
+acknowledge is an infrastructure failure, not bad input: the record that produced it is
+processed again, with a backoff, until its summary is delivered (the worker's input waits
+meanwhile), never skipped.
 
 Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
 creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
@@ -40,10 +41,12 @@ Web (faust web, aiohttp): ``GET /calls/{id}`` (routed to the worker that owns th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,6 +55,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TransportT
+from faust.types.core import HeadersArg
+from faust.types.tuples import RecordMetadata
 from faust.web import Request, Response, View
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
@@ -190,16 +195,39 @@ class _FlowControl(FlowControlEvent):
         super().resume()
 
 
+#: Set while a sender that answers for its own message sends it: ``_DurableFlushProducer``
+#: leaves that message out of its flush (see ``_sender_answers``).
+_SENDER_ANSWERS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sender_answers", default=False
+)
+
+
+@contextlib.contextmanager
+def _sender_answers() -> Iterator[None]:
+    """Messages sent in this block are the sender's own business, not the next offset commit's:
+    a summary (``_publish`` awaits its delivery and processes its record again if it failed) and
+    a tick (no data; the sweep sends another). Their failure must not stop the app."""
+    token = _SENDER_ANSWERS.set(True)
+    try:
+        yield
+    finally:
+        _SENDER_ANSWERS.reset(token)
+
+
 class _DurableFlushProducer(aiokafka_driver.Producer):
-    """A producer whose ``flush()`` returns only when every buffered message is acknowledged.
+    """A producer whose ``flush()`` returns only when every message sent is acknowledged, and
+    raises once any of them failed.
 
     faust writes table changelogs with ``send_soon`` into a buffer that a background task drains;
     before committing input offsets it calls ``producer.flush()``, whose buffer drain gives up
     after 0.1 s without a message sent and which does not wait for a message the background task
     has taken but not yet handed to the Kafka client. An offset commit could then overtake the
-    changelog writes of the records it covers, and a crash at that moment lost table state. This
-    flush also waits for every message given to ``send_soon`` to be acknowledged by the broker
-    (or fails, so that nothing is committed).
+    changelog writes of the records it covers, and a crash at that moment lost table state.
+    ``Topic.send`` (the forwarders' re-keyed records, rejection reports) does not wait for the
+    delivery either. This flush also waits for every message given to ``send_soon`` or ``send``
+    to be acknowledged by the broker, and a message whose delivery failed, even long before the
+    flush, fails every later flush, so that nothing is committed past it (except messages sent
+    in a ``_sender_answers`` block).
     """
 
     flush_timeout_s = FLUSH_TIMEOUT_S
@@ -207,31 +235,65 @@ class _DurableFlushProducer(aiokafka_driver.Producer):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._unacknowledged: set[asyncio.Future[Any]] = set()
+        self._undelivered: list[str] = []
 
     def send_soon(self, fut: faust.types.tuples.FutureMessage) -> None:
-        self._unacknowledged.add(fut)
-        fut.add_done_callback(self._unacknowledged.discard)
+        self._track(fut)
         super().send_soon(fut)
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp: float | None,
+        headers: HeadersArg | None,
+        *,
+        transactional_id: str | None = None,
+    ) -> Awaitable[RecordMetadata]:
+        """``Topic.send`` (and faust's buffer, for ``send_soon``) ends here; the delivery is
+        tracked unless the sender answers for it."""
+        delivery = asyncio.ensure_future(
+            await super().send(
+                topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
+            )
+        )
+        if not _SENDER_ANSWERS.get():
+            self._track(delivery)
+        return delivery
+
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        self._unacknowledged.add(fut)
+        fut.add_done_callback(self._on_done)
+
+    def _on_done(self, fut: asyncio.Future[Any]) -> None:
+        self._unacknowledged.discard(fut)
+        if fut.cancelled():
+            self._undelivered.append("cancelled")
+        elif fut.exception() is not None:
+            self._undelivered.append(repr(fut.exception()))
 
     async def flush(self) -> None:
         """Send everything buffered and wait for the broker's acknowledgement of all of it.
 
         Raises:
-            ProducerSendError: a buffered message was not acknowledged within
-                ``flush_timeout_s`` or its send failed; the caller (an offset commit) must not
-                proceed, and faust stops the app so that its input is processed again.
+            ProducerSendError: a message was not acknowledged within ``flush_timeout_s``, or a
+                message sent since the producer started failed (sticky: every later flush
+                raises too); the caller (an offset commit) must not proceed, and faust stops the
+                app so that its input is processed again.
         """
         await super().flush()
         pending = list(self._unacknowledged)
-        if not pending:
-            return
-        done, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
-        failed = [fut for fut in done if not fut.cancelled() and fut.exception() is not None]
-        if not_done or failed:
+        not_done: set[asyncio.Future[Any]] = set()
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
+        if not_done or self._undelivered:
             raise ProducerSendError(
-                f"{len(not_done)} buffered message(s) not acknowledged in "
-                f"{self.flush_timeout_s} s, "
-                f"{len(failed)} failed: not committing the input they came from"
+                f"{len(not_done)} message(s) not acknowledged in {self.flush_timeout_s} s, "
+                f"{len(self._undelivered)} failed (first: "
+                f"{self._undelivered[0] if self._undelivered else 'none'}): "
+                f"not committing the input they came from"
             )
 
 
@@ -552,7 +614,8 @@ class QaApp:
                 producer's timeout, not authorized, ...).
         """
         try:
-            delivery = await self.calls_topic.send(key=call_id, value=record)
+            with _sender_answers():
+                delivery = await self.calls_topic.send(key=call_id, value=record)
             await delivery
         except Exception as error:  # not CancelledError: stopping is not a failure to publish
             raise PublishError(f"summary of call {call_id} not delivered: {error!r}") from error
@@ -706,7 +769,8 @@ class QaApp:
         async def tick() -> None:
             await asyncio.sleep(delay_ms / 1000)
             try:
-                await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
+                with _sender_answers():
+                    await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
             except Exception:
                 # Not sent: let the next sweep try again.
                 self._ticks_pending.discard(call_id)

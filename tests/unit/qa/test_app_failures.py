@@ -25,17 +25,20 @@ NOW_MS = 1_700_000_000_000
 
 
 class FakeTopic:
-    """A topic whose next ``failures`` deliveries fail; records what was delivered."""
+    """A topic whose next ``failures`` deliveries fail; records what was delivered, and whether
+    each send was one whose sender answers for it (left out of the producer's flush)."""
 
     def __init__(self, failures: int = 0) -> None:
         self.failures = failures
         self.delivered: list[tuple[str | None, bytes]] = []
+        self.sender_answers: list[bool] = []
 
     def get_topic_name(self) -> str:
         return "fake"
 
     async def send(self, key: str | None, value: bytes) -> asyncio.Future[None]:
         delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.sender_answers.append(qa_app._SENDER_ANSWERS.get())
         if self.failures:
             self.failures -= 1
             delivery.set_exception(RuntimeError("KafkaTimeoutError: delivery timed out"))
@@ -114,6 +117,8 @@ def test_a_summary_not_delivered_is_published_when_its_record_is_processed_again
     assert shell.rejections() == []  # not reported as bad input
     assert shell.waits_s == [qa_app.PUBLISH_RETRY_FIRST_S, 2 * qa_app.PUBLISH_RETRY_FIRST_S]
     assert shell.metric("qa_publish_failures_total 2.0")
+    # Its failed deliveries are retried here: they must not also fail the next offset commit.
+    assert shell.app.calls_topic.sender_answers == [True, True, True]  # type: ignore[attr-defined]
     assert shell.metric('qa_calls_ended_total{reason="sessions_ended"} 1.0')
     assert shell.metric('qa_records_rejected_total{reason="processing_error"} 0.0')
 
