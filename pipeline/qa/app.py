@@ -104,6 +104,13 @@ FLUSH_TIMEOUT_S = 60.0
 #: doubles on each failure in a row, up to ``PUBLISH_RETRY_MAX_S``.
 PUBLISH_RETRY_FIRST_S = 0.5
 PUBLISH_RETRY_MAX_S = 30.0
+#: How long after it was due a tick may stay unprocessed before the sweep sends another. A tick
+#: goes round the input topic in well under a second; one that has not come back after a minute
+#: was lost (its delivery failed after it was queued, or another worker took it during a
+#: rebalance) or waits behind a backlog, where another tick costs one record that changes
+#: nothing. A minute bounds how late an idle end, a publication after the end grace or an expiry
+#: can be, at most one extra tick per call per minute.
+TICK_PENDING_MAX_MS = 60_000
 _TABLE_TYPES: Mapping[str, Any] = {"key_type": str, "value_type": bytes}
 _RAW: Mapping[str, Any] = {**_TABLE_TYPES, "key_serializer": "raw", "value_serializer": "raw"}
 
@@ -427,7 +434,8 @@ class QaApp:
         # Wall-clock time at which this process first saw its tables recovered: idle timeouts
         # wait one timeout after it, so a call's backlog is read before the call can time out.
         self._ready_since_ms: int | None = None
-        self._ticks_pending: set[str] = set()
+        # Call id → wall-clock time its tick is due; see TICK_PENDING_MAX_MS.
+        self._ticks_pending: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._wire()
@@ -651,7 +659,7 @@ class QaApp:
                 return
             after = self.analytics.on_event(before, event)
         else:
-            self._ticks_pending.discard(call_id)
+            self._ticks_pending.pop(call_id, None)
             if before is None:
                 return
             after = self.analytics.on_tick(before)
@@ -760,20 +768,21 @@ class QaApp:
         """Send a tick for ``call_id`` after ``delay_ms`` (end grace); the sweep is the backstop.
 
         The delayed tick lives only in this process: after a crash or rebalance the sweep finds
-        the ended, unpublished call in the table and ticks it.
+        the ended, unpublished call in the table and ticks it, as it does when the tick has not
+        been processed ``TICK_PENDING_MAX_MS`` after it was due.
         """
         if call_id in self._ticks_pending:
             return
-        self._ticks_pending.add(call_id)
+        self._ticks_pending[call_id] = self.clock.now_ms() + delay_ms
 
         async def tick() -> None:
-            await asyncio.sleep(delay_ms / 1000)
+            await self._sleep(delay_ms / 1000)
             try:
                 with _sender_answers():
                     await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
             except Exception:
                 # Not sent: let the next sweep try again.
-                self._ticks_pending.discard(call_id)
+                self._ticks_pending.pop(call_id, None)
                 logger.exception("could not send a tick for call %s", call_id)
 
         task = asyncio.ensure_future(tick())
@@ -783,14 +792,19 @@ class QaApp:
     async def _sweep(self) -> None:
         """Update the call gauges; tick calls that are idle, due for publication or expired.
 
-        Idle checks start one idle timeout after this process became ready, so that a call's
-        backlog (after a restart or rebalance) is read before the call can time out.
+        Idle checks start one idle timeout after this process first became ready, so that a
+        call's backlog after a restart is read before the call can time out. A rebalance does
+        not restart that wait: the partitions it brings were read by their previous owner until
+        then, so their backlog is short next to the idle timeout.
         """
         if not self.readiness().ready:
             return
         now_ms = self.clock.now_ms()
         if self._ready_since_ms is None:
             self._ready_since_ms = now_ms
+        for call_id, due_ms in list(self._ticks_pending.items()):
+            if now_ms - due_ms >= TICK_PENDING_MAX_MS:
+                del self._ticks_pending[call_id]  # lost or late: ticked again below if still due
         idle_checks = now_ms - self._ready_since_ms >= self.analytics.idle_timeout_ms
         input_topic = self.input_topic.get_topic_name()
         self.drop_unowned(
@@ -817,7 +831,7 @@ class QaApp:
         dropped = 0
         for call_id in [key for key in list(calls) if self.partition_of(key) not in owned]:
             calls.pop(call_id, None)
-            self._ticks_pending.discard(call_id)
+            self._ticks_pending.pop(call_id, None)
             dropped += 1
         for uid in [
             key

@@ -1,9 +1,11 @@
 """The QA app shell when Kafka fails under it: a summary that cannot be delivered is published
-later, never skipped (no broker: the topics are fakes, the tables dicts)."""
+later, never skipped; a tick that never comes back is sent again (no broker: the topics are
+fakes, the tables dicts)."""
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -18,6 +20,7 @@ from pipeline.qa.metrics import QaMetrics
 from pipeline.qa.records import InputKind, encode_input
 from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.qa.state import CallState
+from pipeline.runtime.health import Readiness
 from pipeline.settings import KafkaSettings, QaSettings, Settings
 from tests.qa_builders import CALL, final
 
@@ -26,10 +29,12 @@ NOW_MS = 1_700_000_000_000
 
 class FakeTopic:
     """A topic whose next ``failures`` deliveries fail; records what was delivered, and whether
-    each send was one whose sender answers for it (left out of the producer's flush)."""
+    each send was one whose sender answers for it (left out of the producer's flush). With
+    ``lost``, deliveries never complete."""
 
-    def __init__(self, failures: int = 0) -> None:
+    def __init__(self, failures: int = 0, *, lost: bool = False) -> None:
         self.failures = failures
+        self.lost = lost
         self.delivered: list[tuple[str | None, bytes]] = []
         self.sender_answers: list[bool] = []
 
@@ -39,7 +44,9 @@ class FakeTopic:
     async def send(self, key: str | None, value: bytes) -> asyncio.Future[None]:
         delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.sender_answers.append(qa_app._SENDER_ANSWERS.get())
-        if self.failures:
+        if self.lost:
+            self.delivered.append((key, value))
+        elif self.failures:
             self.failures -= 1
             delivery.set_exception(RuntimeError("KafkaTimeoutError: delivery timed out"))
         else:
@@ -61,6 +68,7 @@ class Shell:
         app.calls, app.finals = {}, {}  # type: ignore[assignment]
         app.calls_topic = FakeTopic(calls_failures)  # type: ignore[assignment]
         app.events_topic = FakeTopic()  # type: ignore[assignment]
+        app.input_topic = FakeTopic(lost=True)  # type: ignore[assignment]
         app._ready_since_ms = NOW_MS - 3_600_000
         self.waits_s: list[float] = []
 
@@ -89,14 +97,17 @@ def _final(index: int) -> bytes:
     return encode_input(InputKind.FINAL, to_json(record))
 
 
-def _ended(utterances: int) -> bytes:
+def _ended(utterances: int | None) -> bytes:
+    detail: dict[str, Any] = {"tenant": "default", "duration_ms": 5000}
+    if utterances is not None:
+        detail["utterances"] = utterances
     event = Event(
         type=EventType.SESSION_ENDED,
         emit_ms=NOW_MS,
         source="worker-1",
         call_id=CALL,
         channel="agent",
-        detail={"tenant": "default", "duration_ms": 5000, "utterances": utterances},
+        detail=detail,
     )
     return encode_input(InputKind.EVENT, to_json(event))
 
@@ -127,8 +138,8 @@ def test_the_wait_between_attempts_doubles_up_to_its_cap() -> None:
     shell = Shell(calls_failures=9)
 
     async def scenario() -> None:
-        await shell.handle(_ended(1))
         await shell.handle(_final(0))
+        await shell.handle(_ended(1))
 
     asyncio.run(scenario())
     assert shell.waits_s == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
@@ -139,8 +150,8 @@ def test_stopping_the_app_ends_the_attempts_without_skipping_the_record() -> Non
     shell = Shell(calls_failures=1_000_000)
 
     async def scenario() -> None:
-        await shell.handle(_ended(1))
-        attempts = asyncio.ensure_future(shell.handle(_final(0)))
+        await shell.handle(_final(0))
+        attempts = asyncio.ensure_future(shell.handle(_ended(1)))
         for _ in range(100):
             await asyncio.sleep(0)
         assert len(shell.waits_s) > 5
@@ -164,11 +175,47 @@ def test_a_failure_before_the_send_is_still_a_rejected_record(
     monkeypatch.setattr(shell.app.analytics, "publish", broken)
 
     async def scenario() -> None:
-        await shell.handle(_ended(1))
-        await shell.handle(_final(0), offset=7)
+        await shell.handle(_final(0))
+        await shell.handle(_ended(1), offset=7)
 
     asyncio.run(scenario())
     (rejection,) = shell.rejections()
     assert rejection["detail"]["reason"] == "processing_error"
     assert rejection["detail"]["offset"] == 7
     assert shell.waits_s == []
+
+
+def test_a_tick_that_never_comes_back_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its delivery failed after it was queued, or another worker took it in a rebalance: the
+    call must not be skipped by every later sweep (no publication, no idle end, no expiry)."""
+    shell = Shell()
+    app = shell.app
+    monkeypatch.setattr(app, "readiness", Readiness.of)
+    unassigned = SimpleNamespace(assignment=set)  # drop_unowned keeps every call then
+    monkeypatch.setattr(qa_app._FaustApp, "consumer", property(lambda self: unassigned))
+    sent: list[tuple[str | None, bytes]] = app.input_topic.delivered  # type: ignore[attr-defined]
+
+    async def scenario() -> list[int]:
+        ticks = []
+
+        async def sweep_after(ms: int) -> None:
+            shell.clock.advance(ms)
+            await app._sweep()
+            for _ in range(3):
+                await asyncio.sleep(0)
+            ticks.append(len(sent))
+
+        await shell.handle(_final(0))
+        await shell.handle(_ended(None))  # no finals count: published after the end grace
+        for _ in range(3):
+            await asyncio.sleep(0)
+        ticks.append(len(sent))  # the end grace's tick: never comes back
+        await sweep_after(app.analytics.end_grace_ms + qa_app.TICK_PENDING_MAX_MS - 1)
+        await sweep_after(1)
+        return ticks
+
+    assert asyncio.run(scenario()) == [1, 1, 2]
+    assert all(key == CALL for key, _ in sent)
+    asyncio.run(shell.handle(sent[-1][1]))  # this one comes back
+    assert [summary["revision"] for summary in shell.published()] == [1]
+    assert app._ticks_pending == {}
