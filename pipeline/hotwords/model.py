@@ -69,6 +69,8 @@ DEFAULT_BOOST = 1.0
 _ID_CHARS = re.compile(r"[A-Za-z0-9._-]+")
 _WHITESPACE = re.compile(r"\s+")
 _COUNTER = re.compile(r"-?[0-9]{1,19}")
+# How Whisper's special tokens are spelled (``<|endoftext|>``): never in a phrase.
+_SPECIAL_MARK, _SPECIAL_END = "<|", "|>"
 
 
 class Scope(enum.StrEnum):
@@ -109,15 +111,22 @@ def validate_call_id(call_id: str) -> str:
 def normalize_phrase(phrase: str) -> str:
     """The stored form of ``phrase``: whitespace runs collapsed to one space, ends stripped.
 
-    Raises ConfigError when it is empty, has no letter or digit, has control characters, is
-    longer than :data:`MAX_PHRASE_CHARS` characters or has more than :data:`MAX_PHRASE_WORDS`
-    words.
+    Raises ConfigError when it is empty, has no letter or digit, has control characters, has
+    ``<|`` or ``|>`` (Whisper's tokenizer reads ``<|endoftext|>`` and its kind in text as
+    special tokens, which a hotword would then boost: ``stop<|endoftext|>`` cut transcripts
+    after "stop"), is longer than :data:`MAX_PHRASE_CHARS` characters or has more than
+    :data:`MAX_PHRASE_WORDS` words.
     """
     text = _WHITESPACE.sub(" ", phrase).strip()
     if not text:
         raise ConfigError("empty hotword phrase")
     if any(not ch.isprintable() for ch in text):
         raise ConfigError(f"hotword phrase {text!r} has control characters")
+    if _SPECIAL_MARK in text or _SPECIAL_END in text:
+        raise ConfigError(
+            f"hotword phrase {text!r} has {_SPECIAL_MARK!r} or {_SPECIAL_END!r}: the model's "
+            f"special tokens are spelled so"
+        )
     if not any(ch.isalnum() for ch in text):
         raise ConfigError(f"hotword phrase {text!r} has no letter or digit")
     if len(text) > MAX_PHRASE_CHARS:

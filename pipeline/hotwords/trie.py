@@ -2,7 +2,8 @@
 
 Each phrase is tokenized with the model's tokenizer the way it would appear mid-sentence (with a
 leading space), once as written and once with its first letter capitalized (a sentence start, or
-a list entered in lower case). The token sequences form a trie.
+a list entered in lower case). The token sequences form a trie; one that holds a special token
+(end-of-text and the like, spelled ``<|endoftext|>`` in a phrase) is left out.
 
 At every decoding step the recognizer calls the bias with the item's text tokens so far.
 :class:`TrieBias` finds the trie nodes reached by a suffix of those tokens that starts where a
@@ -72,6 +73,11 @@ _NO_BONUS: Mapping[int, float] = MappingProxyType({})
 class PhraseTokenizer(Protocol):
     """What the trie needs of a tokenizer (``WhisperTokenizer`` is the real one)."""
 
+    @property
+    def eot(self) -> int:
+        """The end-of-text id: Whisper numbers its special (and timestamp) tokens from it on."""
+        ...
+
     def encode(self, text: str) -> list[int]: ...
 
 
@@ -118,9 +124,15 @@ def phrase_variants(phrase: str) -> tuple[str, ...]:
 
 
 def phrase_sequences(phrase: str, tokenizer: PhraseTokenizer) -> list[list[int]]:
-    """The token sequences a trie holds for ``phrase``: each variant, with a leading space."""
+    """The token sequences a trie holds for ``phrase``: each variant, with a leading space.
+
+    A variant whose tokens include a special token (the tokenizer reads ``<|endoftext|>`` in
+    text as one) is left out: a bonus on end-of-text or a task token would cut or derail the
+    transcript. ``normalize_phrase`` refuses such phrases; this also covers lists stored before.
+    """
     variants = phrase_variants(phrase.strip())
-    return [tokenizer.encode(" " + variant) for variant in variants if variant]
+    sequences = [tokenizer.encode(" " + variant) for variant in variants if variant]
+    return [tokens for tokens in sequences if all(token < tokenizer.eot for token in tokens)]
 
 
 class TokenTrie:

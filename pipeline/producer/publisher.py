@@ -17,7 +17,7 @@ Delivery is asynchronous; a failed delivery report is never dropped: it raises `
 from the next ``push``/``flush``/``end`` of any call, or from ``AudioPublisher.flush``/``close``
 (``end`` first sends its end-of-stream records: a call always ends). A record the transport
 refuses at once is counted failed and raised after the rest of that push was sent (the worker
-sees a one-chunk gap).
+sees a one-chunk gap); for ``push_frames``, after every channel's part.
 Neither class is thread-safe: one thread drives a publisher and its calls.
 """
 
@@ -411,15 +411,25 @@ class CallStream:
 
     def push_frames(self, frames: npt.NDArray[Any], capture_ms: int | None = None) -> int:
         """``push`` the columns of ``(num_frames, num_channels)`` audio to the call's channels
-        in order (stereo: left → first channel); all channels share one capture time."""
+        in order (stereo: left → first channel); all channels share one capture time.
+
+        Raises as ``push``, and only after every channel took its column: a record of one
+        channel refused at once leaves the others' audio and timelines untouched (the first
+        refusal is raised).
+        """
         columns = split_frames(frames, len(self._channels))
         if capture_ms is None and not all(c.cutter.anchored for c in self._channels.values()):
             capture_ms = self._publisher.clock.now_ms()
         self._publisher._serve_reports()
-        sent = sum(
-            self._push(label, column, capture_ms)
-            for label, column in zip(self._channels, columns, strict=True)
-        )
+        sent = 0
+        refused: PublishError | None = None
+        for label, column in zip(self._channels, columns, strict=True):
+            try:
+                sent += self._push(label, column, capture_ms)
+            except PublishError as error:  # raised by ``_emit_each`` once the column was taken
+                refused = refused or error
+        if refused is not None:
+            raise refused
         self._publisher._raise_failures()  # after every channel took its audio (see ``push``)
         return sent
 

@@ -23,8 +23,12 @@ on its consumer instead (``_ReadCommittedConsumerThread``). At-least-once is saf
 every input is idempotent (finals are recognized by utterance id, session events are sets) and a
 summary is written to qa.calls *before* the state that records its publication, so a crash can at
 worst repeat the same revision of a summary, never lose one. An input offset is committed only
-once the broker has acknowledged the changelog writes of the records it covers
-(``_DurableFlushProducer``): otherwise a crash right after a commit lost table state.
+once the broker has acknowledged the changelog writes and re-keyed input records of the records
+it covers, and never after any of them failed (``_DurableFlushProducer``): otherwise a crash
+right after a commit lost table state, or a forwarded record. A summary the broker does not
+acknowledge is an infrastructure failure, not bad input: the record that produced it is
+processed again, with a backoff, until its summary is delivered (the worker's input waits
+meanwhile), never skipped.
 
 Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
 creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
@@ -37,10 +41,12 @@ Web (faust web, aiohttp): ``GET /calls/{id}`` (routed to the worker that owns th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import ssl
 import tempfile
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +55,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as aiokafka_driver
 from faust.types import TransportT
+from faust.types.core import HeadersArg
+from faust.types.tuples import RecordMetadata
 from faust.web import Request, Response, View
 from mode.utils.objects import cached_property
 from mode.utils.queues import FlowControlEvent
@@ -56,7 +64,7 @@ from prometheus_client.exposition import choose_encoder
 
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import Event, EventType, Final, to_json, utterance_id_parts
-from pipeline.errors import ConfigError
+from pipeline.errors import ConfigError, PublishError
 from pipeline.qa.metrics import QaMetrics, RecordKind
 from pipeline.qa.records import (
     InputKind,
@@ -92,6 +100,17 @@ INPUT_RETENTION_MS = 7 * 24 * 3_600_000
 SESSION_TIMEOUT_S = 10.0
 #: How long an offset commit waits for the table changelog writes it covers to be acknowledged.
 FLUSH_TIMEOUT_S = 60.0
+#: The wait before an input record whose summary was not delivered is processed again; it
+#: doubles on each failure in a row, up to ``PUBLISH_RETRY_MAX_S``.
+PUBLISH_RETRY_FIRST_S = 0.5
+PUBLISH_RETRY_MAX_S = 30.0
+#: How long after it was due a tick may stay unprocessed before the sweep sends another. A tick
+#: goes round the input topic in well under a second; one that has not come back after a minute
+#: was lost (its delivery failed after it was queued, or another worker took it during a
+#: rebalance) or waits behind a backlog, where another tick costs one record that changes
+#: nothing. A minute bounds how late an idle end, a publication after the end grace or an expiry
+#: can be, at most one extra tick per call per minute.
+TICK_PENDING_MAX_MS = 60_000
 _TABLE_TYPES: Mapping[str, Any] = {"key_type": str, "value_type": bytes}
 _RAW: Mapping[str, Any] = {**_TABLE_TYPES, "key_serializer": "raw", "value_serializer": "raw"}
 
@@ -183,16 +202,39 @@ class _FlowControl(FlowControlEvent):
         super().resume()
 
 
+#: Set while a sender that answers for its own message sends it: ``_DurableFlushProducer``
+#: leaves that message out of its flush (see ``_sender_answers``).
+_SENDER_ANSWERS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "sender_answers", default=False
+)
+
+
+@contextlib.contextmanager
+def _sender_answers() -> Iterator[None]:
+    """Messages sent in this block are the sender's own business, not the next offset commit's:
+    a summary (``_publish`` awaits its delivery and processes its record again if it failed) and
+    a tick (no data; the sweep sends another). Their failure must not stop the app."""
+    token = _SENDER_ANSWERS.set(True)
+    try:
+        yield
+    finally:
+        _SENDER_ANSWERS.reset(token)
+
+
 class _DurableFlushProducer(aiokafka_driver.Producer):
-    """A producer whose ``flush()`` returns only when every buffered message is acknowledged.
+    """A producer whose ``flush()`` returns only when every message sent is acknowledged, and
+    raises once any of them failed.
 
     faust writes table changelogs with ``send_soon`` into a buffer that a background task drains;
     before committing input offsets it calls ``producer.flush()``, whose buffer drain gives up
     after 0.1 s without a message sent and which does not wait for a message the background task
     has taken but not yet handed to the Kafka client. An offset commit could then overtake the
-    changelog writes of the records it covers, and a crash at that moment lost table state. This
-    flush also waits for every message given to ``send_soon`` to be acknowledged by the broker
-    (or fails, so that nothing is committed).
+    changelog writes of the records it covers, and a crash at that moment lost table state.
+    ``Topic.send`` (the forwarders' re-keyed records, rejection reports) does not wait for the
+    delivery either. This flush also waits for every message given to ``send_soon`` or ``send``
+    to be acknowledged by the broker, and a message whose delivery failed, even long before the
+    flush, fails every later flush, so that nothing is committed past it (except messages sent
+    in a ``_sender_answers`` block).
     """
 
     flush_timeout_s = FLUSH_TIMEOUT_S
@@ -200,31 +242,65 @@ class _DurableFlushProducer(aiokafka_driver.Producer):
     def __post_init__(self) -> None:
         super().__post_init__()
         self._unacknowledged: set[asyncio.Future[Any]] = set()
+        self._undelivered: list[str] = []
 
     def send_soon(self, fut: faust.types.tuples.FutureMessage) -> None:
-        self._unacknowledged.add(fut)
-        fut.add_done_callback(self._unacknowledged.discard)
+        self._track(fut)
         super().send_soon(fut)
+
+    async def send(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp: float | None,
+        headers: HeadersArg | None,
+        *,
+        transactional_id: str | None = None,
+    ) -> Awaitable[RecordMetadata]:
+        """``Topic.send`` (and faust's buffer, for ``send_soon``) ends here; the delivery is
+        tracked unless the sender answers for it."""
+        delivery = asyncio.ensure_future(
+            await super().send(
+                topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
+            )
+        )
+        if not _SENDER_ANSWERS.get():
+            self._track(delivery)
+        return delivery
+
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        self._unacknowledged.add(fut)
+        fut.add_done_callback(self._on_done)
+
+    def _on_done(self, fut: asyncio.Future[Any]) -> None:
+        self._unacknowledged.discard(fut)
+        if fut.cancelled():
+            self._undelivered.append("cancelled")
+        elif fut.exception() is not None:
+            self._undelivered.append(repr(fut.exception()))
 
     async def flush(self) -> None:
         """Send everything buffered and wait for the broker's acknowledgement of all of it.
 
         Raises:
-            ProducerSendError: a buffered message was not acknowledged within
-                ``flush_timeout_s`` or its send failed; the caller (an offset commit) must not
-                proceed, and faust stops the app so that its input is processed again.
+            ProducerSendError: a message was not acknowledged within ``flush_timeout_s``, or a
+                message sent since the producer started failed (sticky: every later flush
+                raises too); the caller (an offset commit) must not proceed, and faust stops the
+                app so that its input is processed again.
         """
         await super().flush()
         pending = list(self._unacknowledged)
-        if not pending:
-            return
-        done, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
-        failed = [fut for fut in done if not fut.cancelled() and fut.exception() is not None]
-        if not_done or failed:
+        not_done: set[asyncio.Future[Any]] = set()
+        if pending:
+            _, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
+        if not_done or self._undelivered:
             raise ProducerSendError(
-                f"{len(not_done)} buffered message(s) not acknowledged in "
-                f"{self.flush_timeout_s} s, "
-                f"{len(failed)} failed: not committing the input they came from"
+                f"{len(not_done)} message(s) not acknowledged in {self.flush_timeout_s} s, "
+                f"{len(self._undelivered)} failed (first: "
+                f"{self._undelivered[0] if self._undelivered else 'none'}): "
+                f"not committing the input they came from"
             )
 
 
@@ -358,8 +434,10 @@ class QaApp:
         # Wall-clock time at which this process first saw its tables recovered: idle timeouts
         # wait one timeout after it, so a call's backlog is read before the call can time out.
         self._ready_since_ms: int | None = None
-        self._ticks_pending: set[str] = set()
+        # Call id → wall-clock time its tick is due; see TICK_PENDING_MAX_MS.
+        self._ticks_pending: dict[str, int] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
         self._wire()
 
     @property
@@ -486,6 +564,70 @@ class QaApp:
         self.metrics.count_record(kind)
         await self.input_topic.send(key=call_id, value=encode_input(envelope, value or b""))
 
+    async def _handle_input(
+        self, topic: str, partition: int, offset: int, call_id: str | None, value: bytes | None
+    ) -> None:
+        """Process one record of the input topic; returns once it is processed or skipped.
+
+        A record that cannot be used (no call id, bad payload, or a bug while processing it) is
+        skipped and reported (``_reject``): the app keeps going. A summary that could not be
+        delivered is not the record's fault: the record is processed again after a backoff
+        (``PUBLISH_RETRY_FIRST_S`` doubling up to ``PUBLISH_RETRY_MAX_S``) until its summary is
+        delivered or the app stops (``asyncio.CancelledError`` propagates); meanwhile the input
+        waits, and its lag grows. Processing a record again is safe: every input is idempotent
+        and the call state is written only after the delivery.
+        """
+        retry_s = PUBLISH_RETRY_FIRST_S
+        while True:
+            try:
+                if call_id is None:
+                    raise RecordRejectedError(
+                        RecordRejectReason.INVALID_FIELD, "input without a call id key"
+                    )
+                await self._process(call_id, value)
+                return
+            except PublishError as error:
+                self.metrics.count_publish_failure()
+                logger.warning(
+                    "%s; processing %s[%d]@%d again in %.1f s",
+                    error,
+                    topic,
+                    partition,
+                    offset,
+                    retry_s,
+                )
+                await self._sleep(retry_s)
+                retry_s = min(2 * retry_s, PUBLISH_RETRY_MAX_S)
+            except RecordRejectedError as error:
+                await self._reject(topic, partition, offset, error.reason, error.detail, call_id)
+                return
+            except Exception as error:
+                # The app must keep going on any one bad record; the traceback is logged.
+                logger.exception("processing call %s failed", call_id)
+                await self._reject(
+                    topic,
+                    partition,
+                    offset,
+                    RecordRejectReason.PROCESSING_ERROR,
+                    repr(error),
+                    call_id,
+                )
+                return
+
+    async def _publish(self, call_id: str, record: bytes) -> None:
+        """Send a summary to qa.calls and wait for the broker's acknowledgement.
+
+        Raises:
+            PublishError: the send or its delivery failed (broker unreachable past the
+                producer's timeout, not authorized, ...).
+        """
+        try:
+            with _sender_answers():
+                delivery = await self.calls_topic.send(key=call_id, value=record)
+            await delivery
+        except Exception as error:  # not CancelledError: stopping is not a failure to publish
+            raise PublishError(f"summary of call {call_id} not delivered: {error!r}") from error
+
     def _load_finals(self, state: CallState) -> list[Final]:
         finals = []
         for uid in state.utterance_ids:
@@ -517,7 +659,7 @@ class QaApp:
                 return
             after = self.analytics.on_event(before, event)
         else:
-            self._ticks_pending.discard(call_id)
+            self._ticks_pending.pop(call_id, None)
             if before is None:
                 return
             after = self.analytics.on_tick(before)
@@ -527,8 +669,6 @@ class QaApp:
                 del self.calls[call_id]
                 logger.info("call %s expired from the QA tables", call_id)
                 return
-        if after.end_reason is not None and (before is None or not before.ended):
-            self.metrics.count_ended(after.end_reason)
         wait_ms = self.analytics.publication_wait_ms(after)
         if wait_ms is not None and not after.complete:
             wait_ms = max(wait_ms, self._startup_grace_ms())
@@ -536,13 +676,16 @@ class QaApp:
             after, summary = self.analytics.publish(after, self._load_finals(after))
             if summary is not None:
                 # Delivered before the state that records it: a crash repeats, never loses it.
-                delivery = await self.calls_topic.send(key=call_id, value=fit_record(summary))
-                await delivery
+                await self._publish(call_id, fit_record(summary))
                 self.metrics.count_published(summary.revision)
                 logger.info("published call %s revision %d", call_id, summary.revision)
         elif wait_ms is not None:
             self._tick_later(call_id, wait_ms)
         self.calls[call_id] = after.to_json()
+        # Counted once the state records the end: a record processed again (its summary not
+        # delivered) must not count the call's end twice.
+        if after.end_reason is not None and (before is None or not before.ended):
+            self.metrics.count_ended(after.end_reason)
 
     def _startup_grace_ms(self) -> int:
         """How much longer an incomplete ended call must wait because this process only just
@@ -625,19 +768,21 @@ class QaApp:
         """Send a tick for ``call_id`` after ``delay_ms`` (end grace); the sweep is the backstop.
 
         The delayed tick lives only in this process: after a crash or rebalance the sweep finds
-        the ended, unpublished call in the table and ticks it.
+        the ended, unpublished call in the table and ticks it, as it does when the tick has not
+        been processed ``TICK_PENDING_MAX_MS`` after it was due.
         """
         if call_id in self._ticks_pending:
             return
-        self._ticks_pending.add(call_id)
+        self._ticks_pending[call_id] = self.clock.now_ms() + delay_ms
 
         async def tick() -> None:
-            await asyncio.sleep(delay_ms / 1000)
+            await self._sleep(delay_ms / 1000)
             try:
-                await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
+                with _sender_answers():
+                    await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
             except Exception:
                 # Not sent: let the next sweep try again.
-                self._ticks_pending.discard(call_id)
+                self._ticks_pending.pop(call_id, None)
                 logger.exception("could not send a tick for call %s", call_id)
 
         task = asyncio.ensure_future(tick())
@@ -647,14 +792,19 @@ class QaApp:
     async def _sweep(self) -> None:
         """Update the call gauges; tick calls that are idle, due for publication or expired.
 
-        Idle checks start one idle timeout after this process became ready, so that a call's
-        backlog (after a restart or rebalance) is read before the call can time out.
+        Idle checks start one idle timeout after this process first became ready, so that a
+        call's backlog after a restart is read before the call can time out. A rebalance does
+        not restart that wait: the partitions it brings were read by their previous owner until
+        then, so their backlog is short next to the idle timeout.
         """
         if not self.readiness().ready:
             return
         now_ms = self.clock.now_ms()
         if self._ready_since_ms is None:
             self._ready_since_ms = now_ms
+        for call_id, due_ms in list(self._ticks_pending.items()):
+            if now_ms - due_ms >= TICK_PENDING_MAX_MS:
+                del self._ticks_pending[call_id]  # lost or late: ticked again below if still due
         idle_checks = now_ms - self._ready_since_ms >= self.analytics.idle_timeout_ms
         input_topic = self.input_topic.get_topic_name()
         self.drop_unowned(
@@ -681,7 +831,7 @@ class QaApp:
         dropped = 0
         for call_id in [key for key in list(calls) if self.partition_of(key) not in owned]:
             calls.pop(call_id, None)
-            self._ticks_pending.discard(call_id)
+            self._ticks_pending.pop(call_id, None)
             dropped += 1
         for uid in [
             key
@@ -713,33 +863,13 @@ class QaApp:
         async def process(stream: faust.StreamT[bytes]) -> None:
             async for event in stream.events():
                 message = event.message
-                call_id = event.key if isinstance(event.key, str) else None
-                try:
-                    if call_id is None:
-                        raise RecordRejectedError(
-                            RecordRejectReason.INVALID_FIELD, "input without a call id key"
-                        )
-                    await shell._process(call_id, event.value)
-                except RecordRejectedError as error:
-                    await shell._reject(
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        error.reason,
-                        error.detail,
-                        call_id,
-                    )
-                except Exception as error:
-                    # The app must keep going on any one bad record; the traceback is logged.
-                    logger.exception("processing call %s failed", call_id)
-                    await shell._reject(
-                        message.topic,
-                        message.partition,
-                        message.offset,
-                        RecordRejectReason.PROCESSING_ERROR,
-                        repr(error),
-                        call_id,
-                    )
+                await shell._handle_input(
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    event.key if isinstance(event.key, str) else None,
+                    event.value,
+                )
 
         interval_s = min(10.0, max(0.1, self.analytics.idle_timeout_ms / 10_000))
 

@@ -71,6 +71,13 @@ SUMMARIES = MetricSpec(
     (LabelSpec("publication", enum_values(Publication)),),
     "Summaries published to qa.calls: first publication or a later revision.",
 )
+PUBLISH_FAILURES = MetricSpec(
+    "qa_publish_failures_total",
+    MetricType.COUNTER,
+    (),
+    "Summaries whose delivery to qa.calls failed; the input record is processed again after a "
+    "backoff, never skipped.",
+)
 OPEN_CALLS = MetricSpec(
     "qa_open_calls",
     MetricType.GAUGE,
@@ -90,6 +97,7 @@ QA_CATALOGUE: tuple[MetricSpec, ...] = (
     DUPLICATES,
     CALLS_ENDED,
     SUMMARIES,
+    PUBLISH_FAILURES,
     OPEN_CALLS,
     TRACKED_CALLS,
 )
@@ -112,6 +120,7 @@ class QaMetrics:
         self._duplicates = new_counter(DUPLICATES, registry)
         self._ended = new_counter(CALLS_ENDED, registry)
         self._summaries = new_counter(SUMMARIES, registry)
+        self._publish_failures = new_counter(PUBLISH_FAILURES, registry)
         self._open_calls = new_gauge(OPEN_CALLS, registry)
         self._tracked_calls = new_gauge(TRACKED_CALLS, registry)
 
@@ -130,6 +139,9 @@ class QaMetrics:
     def count_published(self, revision: int) -> None:
         kind = Publication.FIRST if revision == 1 else Publication.REVISION
         self._summaries.labels(kind.value).inc()
+
+    def count_publish_failure(self) -> None:
+        self._publish_failures.inc()
 
     def set_calls(self, open_calls: int, tracked_calls: int) -> None:
         self._open_calls.set(open_calls)

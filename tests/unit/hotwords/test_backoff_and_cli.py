@@ -43,6 +43,7 @@ def test_registry_config_is_checked() -> None:
         (["add", "--tenant", "acme", ""], "empty hotword phrase"),
         (["add", "--tenant", "acme", "x" * 65], "at most 64"),
         (["add", "--tenant", "acme", "a b c d e f g h i"], "9 words"),
+        (["add", "--tenant", "acme", "stop<|endoftext|>"], "special tokens are spelled so"),
         (["add", "--tenant", "acme", "Niamh", "--boost", "5"], "boost must be between"),
         (["add", "--tenant", "acme", "Niamh", "--boost", "lots"], "boost must be a number"),
         (["add", "--tenant", "ac me", "Niamh"], "tenant 'ac me'"),

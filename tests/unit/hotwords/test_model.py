@@ -39,6 +39,10 @@ def test_phrases_are_normalized_but_keep_their_case() -> None:
         ("bad\x00byte", "control characters"),
         ("x" * (MAX_PHRASE_CHARS + 1), "at most 64"),
         ("one two three four five six seven eight nine", "9 words, at most 8"),
+        ("stop<|endoftext|>", "special tokens are spelled so"),
+        ("<|notimestamps|> hello", "special tokens are spelled so"),
+        ("a <| b", "special tokens"),
+        ("a |> b", "special tokens"),
     ],
 )
 def test_invalid_phrases_are_refused_with_one_clear_line(phrase: str, message: str) -> None:

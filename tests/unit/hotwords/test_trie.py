@@ -1,4 +1,5 @@
-"""The token trie and its per-step bonus, with a fake tokenizer (no model)."""
+"""The token trie and its per-step bonus, with a fake tokenizer (no model) except where
+Whisper's own special tokens matter."""
 
 from __future__ import annotations
 
@@ -8,11 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from pipeline.asr.whisper.model import bundled_model_dir
+from pipeline.asr.whisper.tokenizer import load_tokenizer
 from pipeline.hotwords.trie import (
     BiasWeights,
     BpeRankPrior,
+    PhraseTokenizer,
     TokenTrie,
     TrieBias,
+    phrase_sequences,
     phrase_variants,
     uniform_prior,
 )
@@ -125,6 +130,26 @@ def test_a_phrase_matches_anywhere_in_the_sequence(tok: PieceTokenizer) -> None:
 def test_the_same_token_inside_a_word_does_not_start_a_phrase(tok: PieceTokenizer) -> None:
     bias = make_bias(tok, "am")  # one token " am"; "am" without the space is another token
     assert bias(ids(tok, " Ni", "am")) == bias([])
+
+
+@pytest.mark.parametrize("tokenizer", ["fake", "whisper"])
+def test_a_phrase_that_spells_a_special_token_never_boosts_one(tokenizer: str) -> None:
+    """A list stored before such phrases were refused: "stop<|endoftext|>" boosted end-of-text
+    after " stop" and cut the transcript there."""
+    tok: PhraseTokenizer = (
+        PieceTokenizer()
+        if tokenizer == "fake"
+        else load_tokenizer(bundled_model_dir(), multilingual=False)
+    )
+    phrases = ["stop<|endoftext|>", "<|notimestamps|>", "Niamh"]
+    assert [phrase_sequences(p, tok) for p in phrases[:2]] == [[], []]
+    trie = TokenTrie.from_phrases([(p, 1.0) for p in phrases], tok)
+    held = {token for children in trie.child_maps for token in children}
+    assert held
+    assert max(held) < tok.eot
+    bias = TrieBias(trie, WEIGHTS, uniform_prior)
+    stop = tok.encode(" stop")
+    assert all(token < tok.eot for token in bias(stop))
 
 
 def test_empty_phrases_and_lists_are_harmless(tok: PieceTokenizer) -> None:

@@ -246,6 +246,25 @@ def test_a_record_refused_at_once_is_counted_and_the_rest_of_the_push_is_sent() 
     assert [c.seq for c in transport.chunks()][-1] == 4
 
 
+def test_a_refusal_on_one_channel_leaves_the_other_channels_audio_in_push_frames() -> None:
+    transport = FakeTransport(refuse=lambda index: index == 0)  # the agent's first record
+    publisher = _publisher(transport)
+    call = publisher.open_call("c13", channels=STEREO, sample_rate_hz=8000)
+    block = np.stack([_tone(320, 1), _tone(320, 2)], axis=1)  # 40 ms: 2 chunks a channel
+    with pytest.raises(PublishError, match="refused"):
+        call.push_frames(block)
+    call.push_frames(block)
+    call.end()
+    chunks = transport.chunks()
+    agent = [(c.seq, c.capture_ms - T0_MS) for c in chunks if c.channel == "agent"]
+    customer = [(c.seq, c.capture_ms - T0_MS) for c in chunks if c.channel == "customer"]
+    assert agent == [(1, 20), (2, 40), (3, 60), (4, 80)]  # seq 0 refused: a 1-chunk gap
+    assert customer == [(0, 0), (1, 20), (2, 40), (3, 60), (4, 80)]
+    stats = {s.channel: s for s in call.summary().channels}
+    assert (stats["customer"].audio_samples, stats["agent"].audio_samples) == (640, 640 - 160)
+    assert call.summary().failed_records == 1
+
+
 def test_a_call_cannot_send_once_its_publisher_is_closed() -> None:
     transport = FakeTransport()
     publisher = _publisher(transport)
