@@ -681,7 +681,9 @@ def plot(summary: dict[str, Any]) -> Any:
         axes.set_xscale("log", base=2)
         axes.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
         axes.set_xlabel("concurrent real-time channels")
-        axes.legend(fontsize=8)
+    # Below the plot: with four systems, inside it covers the lines.
+    latency.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+    cpu.legend(fontsize=8)
     latency.set_yscale("log")
     latency.set_ylabel("P95 latency, s")
     latency.set_title("P95 latency by live channels")
