@@ -357,6 +357,12 @@ def _flatten(header: Mapping[str, Any] | None) -> dict[str, Any]:
     source = header.get("source") or {}
     for key in ("topic", "from_ms", "to_ms", "calls"):
         flat[f"source.{key}"] = source.get(key)
+    # The offsets read: with --calls alone (or an open end) the times above are equal while
+    # the records are not (new audio came, retention moved the start).
+    flat["source.partitions"] = ", ".join(
+        f"{p.get('partition')}:{p.get('start_offset')}-{p.get('end_offset')}"
+        for p in source.get("partitions") or ()
+    )
     return flat
 
 
@@ -389,8 +395,10 @@ def compare_runs(
 
     Raises:
         ConfigError: neither run has a stream (calls aged out of the topic, mistyped ids: a
-            gate on nothing would pass), or ``refs`` were given but no stream of either run
-            has a reference (a mismatch of ids would otherwise pass the gate unnoticed).
+            gate on nothing would pass), ``refs`` were given but no stream of either run has a
+            reference (a mismatch of ids would otherwise pass the gate unnoticed), or the
+            candidate has a stream with a reference that the baseline lacks (an empty or
+            partial baseline would make any candidate look better).
     """
     keys = sorted(set(baseline.streams) | set(candidate.streams))
     if not keys:
@@ -437,6 +445,20 @@ def compare_runs(
         raise ConfigError(
             "no stream of either run has a reference: refs ids are call_id:channel "
             "(or call_id for a one-channel call)"
+        )
+    covered = set(baseline.streams)
+    uncovered = [
+        f"{s.call_id}:{s.channel}"
+        for s in streams
+        if s.reference_id is not None and (s.call_id, s.channel) not in covered
+    ]
+    if uncovered:
+        # Counted as all deleted in the baseline, they would flatter any candidate. (A stream
+        # the candidate lacks counts against the candidate: that is a regression to see.)
+        raise ConfigError(
+            f"the baseline has no record of {len(uncovered)} stream(s) with a reference that "
+            f"the candidate has ({', '.join(uncovered[:5])}{', …' if len(uncovered) > 5 else ''})"
+            ": compare runs of the same calls and range"
         )
     baseline_errors = total_errors(s.baseline_errors for s in streams)
     candidate_errors = total_errors(s.candidate_errors for s in streams)

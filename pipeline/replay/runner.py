@@ -250,7 +250,13 @@ class ReplayRunner:
         if self._partition is None:
             self.start_partition(record.partition)
         self._records += 1
-        self._sent_ms = max(self._sent_ms, record.timestamp_ms)
+        if record.timestamp_ms > self._sent_ms:
+            self._sent_ms = record.timestamp_ms
+            # Before this record is admitted, as the worker's idle closes run on every poll:
+            # a chunk after its channel's idle timeout finds the channel ended. Every record
+            # moves the time, taken or skipped (``calls``), so the choice of calls changes
+            # nothing of a call's own result.
+            self._close_idle()
         if self._calls is not None and (record.key or b"") not in self._calls:
             self._skipped += 1
             return
@@ -277,7 +283,9 @@ class ReplayRunner:
         if decision.verdict is Verdict.REJECT:
             stream.rejected[str(decision.reason)] += 1
             return
-        if decision.gap is not None:
+        if decision.gap is not None and stream.first_seq is not None:
+            # Gaps within what was replayed: a call that began before the range starts with a
+            # sequence number above 0 (``first_seq``), which is no lost audio.
             stream.missing_chunks += decision.gap[1] - decision.gap[0]
         if stream.first_seq is None:
             stream.first_seq = chunk.seq
@@ -375,6 +383,9 @@ class ReplayRunner:
             ):
                 stream.ended_by = EndedBy.IDLE_TIMEOUT
                 self._engine.close(key)
+                # Ended now, as in the worker: a later chunk of it is refused (call_already_ended)
+                # rather than fed to the closing stream.
+                self._admission.end(key)
 
 
 def _summary(key: SessionKey, stream: _Stream) -> StreamSummary:

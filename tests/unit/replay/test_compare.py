@@ -234,3 +234,53 @@ def test_groups_hold_every_utterance_once_in_time_order(
 @given(tilings())
 def test_a_run_compared_with_itself_changes_nothing(utterances: list[Utterance]) -> None:
     assert all(not group.kinds for group in group_utterances(utterances, utterances))
+
+
+@pytest.mark.parametrize("baseline_streams", [(), (("c1", "agent"),)])
+def test_a_baseline_without_streams_the_candidate_has_references_for_is_refused(
+    baseline_streams: tuple[tuple[str, str], ...],
+) -> None:
+    # An empty dump, or a baseline of fewer calls: its missing streams would count as all
+    # deleted and pass any candidate, however much worse on the streams both have.
+    refs = {"c1:agent": "Hello, how can I help?", "u1": "Reset my password please."}
+    baseline = Run(
+        "base.jsonl",
+        None,
+        tuple(f for f in BASE.finals if (f.call_id, f.channel) in baseline_streams),
+        baseline_streams,
+    )
+    worse = run(
+        final("c1", 0, "Hello, who can I kelp?", 0, 2000, channel="agent"),
+        final("u1", 0, "Reset my passport please.", 100, 2100),
+    )
+    with pytest.raises(ConfigError, match=r"baseline has no record of \d stream"):
+        compare_runs(baseline, worse, refs, max_increase_pct=0.5)
+
+
+def test_a_candidate_missing_a_stream_the_baseline_has_fails_the_gate() -> None:
+    refs = {"c1:agent": "Hello, how can I help?", "u1": "Reset my password please."}
+    lost_one = run(*(f for f in BASE.finals if f.call_id != "u1"))
+    result = compare_runs(BASE, lost_one, refs, max_increase_pct=0.5)
+    assert not result.gate.passed
+
+
+def test_runs_that_read_other_offsets_list_them_as_a_difference() -> None:
+    # --calls alone (or an open end): equal times, other records.
+    def header(end_offset: int) -> dict[str, object]:
+        return {
+            "model_id": "m",
+            "source": {
+                "topic": "audio.chunks",
+                "from_ms": None,
+                "to_ms": None,
+                "calls": ["c1"],
+                "partitions": [{"partition": 0, "start_offset": 0, "end_offset": end_offset}],
+            },
+        }
+
+    base = run(*BASE.finals, header=header(300))
+    cand = run(*BASE.finals, header=header(500))
+    changes = compare_runs(base, cand).config_changes
+    assert [(c.name, c.baseline, c.candidate) for c in changes] == [
+        ("source.partitions", "0:0-300", "0:0-500")
+    ]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 from pipeline.asr.session import SessionKey
 from pipeline.contracts import RejectReason
+from pipeline.contracts.messages import Final
 from pipeline.replay.runner import (
     ChunkRecord,
     EndedBy,
@@ -192,3 +194,56 @@ def test_one_call_whose_capture_times_run_ahead_closes_no_other_call() -> None:
     assert by_call["good"].chunks == 1500
     assert by_call["good"].rejected == ()
     assert by_call["good"].ended_by is EndedBy.RANGE_END
+
+
+def _stream(result: ReplayResult, call_id: str) -> object:
+    return next(s for s in result.streams if s.call_id == call_id)
+
+
+def test_a_call_alone_that_pauses_past_the_idle_timeout_is_closed_as_the_worker_closes_it() -> None:
+    # No other record moves the time during the pause: the first record after it does, and
+    # the call is closed before that record is admitted (the worker's idle close runs on every
+    # poll, so it would have ended the call and dead-lettered what comes after).
+    before = [chunk_record("c", seq, seq, capture_ms=1_000_000 + 20 * seq) for seq in range(5)]
+    after = [
+        chunk_record("c", 5 + seq, 5 + seq, capture_ms=1_060_000 + 20 * seq, end_of_stream=seq == 4)
+        for seq in range(5)
+    ]
+    result, engine = _replay(before + after, ReplayOptions(idle_timeout_ms=30_000))
+    stream = _stream(result, "c")
+    assert stream.ended_by is EndedBy.IDLE_TIMEOUT  # type: ignore[attr-defined]
+    assert stream.rejected == ((RejectReason.CALL_ALREADY_ENDED, 5),)  # type: ignore[attr-defined]
+    assert len(engine.accepted) == 5
+
+
+def test_a_calls_result_does_not_depend_on_which_other_calls_are_replayed() -> None:
+    own = [chunk_record("c", seq, seq, capture_ms=1_000_000 + 20 * seq) for seq in range(5)]
+    others = [chunk_record("busy", k, 5 + k, capture_ms=1_001_000 + 1000 * k) for k in range(59)]
+    late = [
+        chunk_record(
+            "c", 5 + seq, 64 + seq, capture_ms=1_060_000 + 20 * seq, end_of_stream=seq == 4
+        )
+        for seq in range(5)
+    ]
+    records = own + others + late
+    everything, _ = _replay(records, ReplayOptions(idle_timeout_ms=30_000))
+    chosen, _ = _replay(records, ReplayOptions(idle_timeout_ms=30_000, calls=frozenset({"c"})))
+    assert _stream(everything, "c") == _stream(chosen, "c")
+
+    def decided(finals: Sequence[Final]) -> list[tuple[object, ...]]:
+        # What the audio and the settings decide (emit times follow the steps, which the
+        # other calls' records also drive).
+        return [(f.utterance_id, f.text, f.start_ms, f.end_ms, f.endpoint_reason) for f in finals]
+
+    assert decided([f for f in everything.finals if f.call_id == "c"]) == decided(chosen.finals)
+
+
+def test_a_call_begun_before_the_range_has_no_missing_chunks_for_it() -> None:
+    records = [
+        chunk_record("c", seq, seq - 40, capture_ms=1_000_000 + 20 * seq) for seq in range(40, 50)
+    ]
+    records.append(chunk_record("c", 52, 10, capture_ms=1_000_000 + 20 * 52, end_of_stream=True))
+    result, _ = _replay(records)
+    stream = _stream(result, "c")
+    assert stream.first_seq == 40  # type: ignore[attr-defined]
+    assert stream.missing_chunks == 2  # type: ignore[attr-defined]  # 50 and 51, not 0 to 39
