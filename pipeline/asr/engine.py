@@ -217,7 +217,8 @@ class StreamingEngine:
         self._clock = clock or WallClock()
         self._sessions: dict[SessionKey, Session] = {}
         self._expected_finals_through: dict[SessionKey, int] = {}
-        self._expected_next_index: dict[SessionKey, int] = {}
+        # Where an expected session resumes: (its first sample in the call, its next index).
+        self._expected_start: dict[SessionKey, tuple[int, int]] = {}
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
         self.last_vad_s: float | None = None
@@ -258,7 +259,9 @@ class StreamingEngine:
                 denoise=self._config.denoise,
             )
             session.finals_through = self._expected_finals_through.pop(key, -1)
-            session.next_index = self._expected_next_index.pop(key, 0)
+            start = self._expected_start.pop(key, None)
+            if start is not None:
+                session.start_at(*start)
             self._sessions[key] = session
         return session
 
@@ -301,16 +304,25 @@ class StreamingEngine:
         if session is not None:
             session.close()
         self._expected_finals_through.pop(key, None)
-        self._expected_next_index.pop(key, None)
+        self._expected_start.pop(key, None)
 
-    def expect(self, key: SessionKey, finals_through: int, *, next_index: int = 0) -> None:
+    def expect(
+        self,
+        key: SessionKey,
+        finals_through: int,
+        *,
+        next_index: int = 0,
+        start_samples: int = 0,
+    ) -> None:
         """A session that will be replayed: utterances ``<= finals_through`` were finalized
-        before a failover and are not emitted again. From its first chunk, ``next_index`` is 0;
-        from a later chunk (records before it were released by a snapshot that turned out
-        unusable), it is the snapshot's: the replay's utterances continue the numbering."""
+        before a failover and are not emitted again. From its first chunk, ``next_index`` and
+        ``start_samples`` are 0; from a later chunk (records before it were released by a
+        snapshot that turned out unusable) they are the snapshot's: the replay's utterances
+        continue the numbering, and their times count from the call's start, not the replay's.
+        """
         self._expected_finals_through[key] = finals_through
-        if next_index:
-            self._expected_next_index[key] = next_index
+        if next_index or start_samples:
+            self._expected_start[key] = (start_samples, next_index)
 
     # -- checkpoints -------------------------------------------------------------------------
 

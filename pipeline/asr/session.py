@@ -117,6 +117,23 @@ def _decode_floats(text: str) -> npt.NDArray[np.float64]:
     return np.frombuffer(base64.b64decode(text), dtype="<f8").copy()
 
 
+def _int(value: object) -> int:
+    """A JSON integer, exactly (no float, string or bool: those would fail a step later)."""
+    if type(value) is not int:
+        raise TypeError(f"session snapshot: {value!r} is not an integer")
+    return value
+
+
+def _int_or_none(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _bool(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError(f"session snapshot: {value!r} is not a boolean")
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class SessionSnapshot:
     """Everything a quiescent session needs to resume exactly (no utterance open).
@@ -176,24 +193,50 @@ class SessionSnapshot:
         lstm, context = (tuple(_decode_floats(part).tolist()) for part in data["vad_state"])
         mark = data["capture_mark"]
         stats = data["stats"]
+        gate, endpoint = data["gate"], data["endpoint"]
+        if not isinstance(data["tenant"], str):
+            raise TypeError("session snapshot: tenant is not a string")
+        if len(gate) != 5 or len(endpoint) != 3 or len(stats) != 4:
+            raise TypeError("session snapshot: gate, endpoint or stats of the wrong length")
         snapshot = cls(
             tenant=data["tenant"],
-            input_rate_hz=int(data["input_rate_hz"]),
-            total_samples=int(data["total_samples"]),
+            input_rate_hz=_int(data["input_rate_hz"]),
+            total_samples=_int(data["total_samples"]),
             tail=tuple(_decode_floats(data["tail"]).tolist()),
             vad_state=(lstm, context),
-            gate=SpeechGateSnapshot(*data["gate"]),
-            endpoint=EndpointSnapshot(*data["endpoint"]),
+            gate=SpeechGateSnapshot(
+                _int(gate[0]),
+                _int(gate[1]),
+                _bool(gate[2]),
+                _int_or_none(gate[3]),
+                _int_or_none(gate[4]),
+            ),
+            endpoint=EndpointSnapshot(
+                _int(endpoint[0]), _int_or_none(endpoint[1]), _int_or_none(endpoint[2])
+            ),
             upsampler=tuple(_decode_floats(data["upsampler"]).tolist()),
-            next_index=int(data["next_index"]),
-            capture_mark=(int(mark[0]), int(mark[1])) if mark else None,
-            last_position=None if data["last_position"] is None else int(data["last_position"]),
-            stats=(int(stats[0]), int(stats[1]), int(stats[2]), int(stats[3])),
+            next_index=_int(data["next_index"]),
+            capture_mark=(_int(mark[0]), _int(mark[1])) if mark else None,
+            last_position=_int_or_none(data["last_position"]),
+            stats=(_int(stats[0]), _int(stats[1]), _int(stats[2]), _int(stats[3])),
         )
-        endpoint = snapshot.endpoint
+        snapshot._check()
+        return snapshot
+
+    def _check(self) -> None:
+        """``ValueError`` unless the positions agree with each other: a record that decodes but
+        does not would fail the worker's step later, on every worker that takes the partition."""
+        gate, endpoint = self.gate, self.endpoint
         if (endpoint.utterance_start_samples is None) != (endpoint.last_speech_end_samples is None):
             raise ValueError("session snapshot: utterance start and last speech end disagree")
-        return snapshot
+        if self.input_rate_hz not in (0, 8000, 16000):
+            raise ValueError(f"session snapshot: input rate {self.input_rate_hz} Hz")
+        if not 0 <= gate.settled_samples <= gate.position_samples <= self.total_samples:
+            raise ValueError("session snapshot: gate positions outside the stream")
+        if not 0 <= endpoint.position_samples <= self.total_samples:
+            raise ValueError("session snapshot: endpoint position outside the stream")
+        if len(self.tail) > self.total_samples or self.next_index < 0:
+            raise ValueError("session snapshot: tail longer than the stream, or a negative index")
 
 
 class Session:
@@ -528,6 +571,20 @@ class Session:
                 self.stats.suppressed,
             ),
         )
+
+    def start_at(self, samples: int, next_index: int) -> None:
+        """Before its first chunk: the stream begins at sample ``samples`` (16 kHz) of the call
+        and its next utterance is ``next_index``, as after a snapshot whose state is lost (the
+        VAD, gate and endpoint start afresh there; times stay the call's)."""
+        self.total_samples = samples
+        self.buffer_start_samples = samples
+        self.gate = SpeechGate.from_snapshot(
+            self.gate.config, SpeechGateSnapshot(samples, samples, False, None, None)
+        )
+        self.endpoint = EndpointDetector.from_snapshot(
+            self.endpoint.config, EndpointSnapshot(samples, None, None)
+        )
+        self.next_index = next_index
 
     def restore(self, snapshot: SessionSnapshot) -> None:
         """Resume from a snapshot (the VAD state is restored by the engine)."""

@@ -1036,31 +1036,35 @@ class AsrWorker:
         # Idle from now on: a caller gone before the takeover still gets its session closed.
         session.last_activity_ms = self._fetch_clock_ms
         self._book.own(key, progress.partition)
-        if (
-            checkpoint.snapshot is not None
-            and checkpoint.admission is not None
-            and self._restore_snapshot(key, checkpoint.snapshot, checkpoint.finals_through)
-        ):
-            self._admission.restore(key, _clone(checkpoint.admission))
-            session.snapshot = checkpoint.snapshot
-            session.snapshot_admission = checkpoint.admission
-            last = checkpoint.snapshot.last_position
-            session.skip_through = last if last is not None else -1
-        else:
-            # Replayed from the committed offset: the call's first record without a snapshot,
-            # else the first record after the unusable snapshot, whose numbering it continues.
-            next_index = checkpoint.snapshot.next_index if checkpoint.snapshot else 0
-            self._engine.expect(key, checkpoint.finals_through, next_index=next_index)
+        snapshot, admission = checkpoint.snapshot, checkpoint.admission
+        if snapshot is None or admission is None:
+            # Replayed from the call's first record (the committed offset holds it).
+            self._engine.expect(key, checkpoint.finals_through)
+            return
+        if not self._restore_snapshot(key, snapshot, checkpoint.finals_through):
+            # The engine state is lost, not the bookkeeping: the records the snapshot covered
+            # are released, so the session starts afresh where it ended, numbering and audio
+            # position continued, and the records up to it are skipped as after a restore.
+            self._engine.expect(
+                key,
+                checkpoint.finals_through,
+                next_index=snapshot.next_index,
+                start_samples=snapshot.total_samples,
+            )
+        self._admission.restore(key, _clone(admission))
+        session.snapshot = snapshot
+        session.snapshot_admission = admission
+        session.skip_through = snapshot.last_position if snapshot.last_position is not None else -1
 
     def _restore_snapshot(self, key: SessionKey, snapshot: SessionSnapshot, finals: int) -> bool:
-        """``engine.restore``; False when the engine cannot use the snapshot (a corrupt record
-        that decoded): logged, and replaced by a replay from the committed offset, as a bad
-        record in the compacted topic must not stop every worker that takes the partition. The
-        audio the snapshot covered is then lost; its utterances were finalized already."""
+        """``engine.restore``; False when the engine cannot use the snapshot (a record that
+        decoded but does not restore): logged, as a bad record in the compacted topic must not
+        stop every worker that takes the partition. Only the VAD, gate and endpoint state at the
+        snapshot is lost then (a few frames of accuracy); its utterances were finalized."""
         try:
             self._engine.restore(key, snapshot, finals)
         except (ValueError, TypeError, RuntimeError, ConfigError) as error:
-            logger.error("checkpoint of %s is unusable, replaying it instead: %r", key, error)
+            logger.error("checkpoint of %s is unusable, resuming it cold: %r", key, error)
             self._engine.drop(key)
             return False
         return True

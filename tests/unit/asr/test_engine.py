@@ -917,11 +917,17 @@ def test_a_vad_state_that_does_not_fit_restarts_the_vad_cold() -> None:
     assert [f.utterance_index for f in finals(outputs)] == [0]
 
 
-def test_an_expected_session_continues_the_numbering_it_is_given() -> None:
+def test_an_expected_session_continues_the_numbering_and_times_it_is_given() -> None:
+    audio = signal(10, 40, 30, 40, 30)
+    plain, _ = make_engine()
+    from_start = finals(run(plain, audio))
     engine, _ = make_engine()
-    engine.expect(KEY, finals_through=2, next_index=3)
-    outputs = run(engine, signal(10, 40, 30, 40, 30))
-    assert [f.utterance_index for f in finals(outputs)] == [3, 4]
+    engine.expect(KEY, finals_through=2, next_index=3, start_samples=10 * RATE_HZ)
+    resumed = finals(run(engine, audio))
+    assert [f.utterance_index for f in resumed] == [3, 4]
+    assert [(f.start_ms, f.end_ms) for f in resumed] == [
+        (f.start_ms + 10_000, f.end_ms + 10_000) for f in from_start
+    ]
 
 
 def test_drop_forgets_a_session_and_its_expectation() -> None:

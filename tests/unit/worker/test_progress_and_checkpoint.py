@@ -90,15 +90,41 @@ def test_partition_checkpoint_and_ended_session_round_trip() -> None:
         lambda snapshot: snapshot.update(gate=snapshot["gate"][:4]),
         lambda snapshot: snapshot.update(stats=None),
         lambda snapshot: snapshot.update(endpoint=[31040, None, 20000]),  # start/end disagree
+        # Decodable, but a step would fail on them later (slice indices, comparisons):
+        lambda snapshot: snapshot.update(gate=[32000.5, 31040, False, None, None]),
+        lambda snapshot: snapshot.update(gate=["32000", 31040, False, None, None]),
+        lambda snapshot: snapshot.update(gate=[32000, 31040, 0, None, None]),
+        lambda snapshot: snapshot.update(endpoint=[True, None, None]),
+        lambda snapshot: snapshot.update(tenant=7),
+        lambda snapshot: snapshot.update(gate=[40000, 31040, False, None, None]),
+        lambda snapshot: snapshot.update(gate=[32000, 32001, False, None, None]),
+        lambda snapshot: snapshot.update(endpoint=[32001, None, None]),
+        lambda snapshot: snapshot.update(input_rate_hz=44100),
+        lambda snapshot: snapshot.update(next_index=-1),
     ],
-    ids=["missing-field", "short-gate", "null-stats", "inconsistent-endpoint"],
+    ids=[
+        "missing-field",
+        "short-gate",
+        "null-stats",
+        "inconsistent-endpoint",
+        "float-position",
+        "string-position",
+        "int-for-bool",
+        "bool-for-int",
+        "tenant-not-text",
+        "gate-beyond-stream",
+        "settled-beyond-gate",
+        "endpoint-beyond-stream",
+        "unknown-rate",
+        "negative-index",
+    ],
 )
 def test_a_malformed_snapshot_is_a_value_error(damage: Callable[[dict[str, Any]], object]) -> None:
     """The worker's checkpoint reader skips ValueErrors; anything else would crash every worker
     that takes the partition (the bad record stays in the compacted topic)."""
     record = orjson.loads(SessionCheckpoint(KEY, _snapshot(4), None, 2, False).encode())
     damage(record["snapshot"])
-    with pytest.raises(ValueError, match=r"malformed|disagree"):
+    with pytest.raises(ValueError, match=r"malformed|session snapshot"):
         decode_checkpoint(encode_key(KEY), orjson.dumps(record))
 
 

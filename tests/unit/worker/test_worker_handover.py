@@ -112,10 +112,11 @@ def test_past_the_replay_a_call_refused_by_the_dead_owner_is_decided_afresh() ->
     assert _types(producer) == ["session_started", "sequence_gap"]
 
 
-def test_an_unusable_snapshot_is_replayed_with_the_numbering_continued() -> None:
+def test_an_unusable_snapshot_resumes_cold_with_the_numbering_and_times_continued() -> None:
     # The snapshot released the records before it, so the replay starts mid-call: its new
     # utterances must continue the dead owner's numbering, not restart at 0 (where
-    # finals_through would take them for finals already published).
+    # finals_through would take them for finals already published), and their times must
+    # count from the call's start. The control: the same takeover with a usable snapshot.
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock, EnergyVad())
     first._engine._recognizer = _Says()  # type: ignore[assignment]
@@ -132,15 +133,26 @@ def test_an_unusable_snapshot_is_replayed_with_the_numbering_continued() -> None
         clock.advance(10_000)
         _run(first, [])
     assert _finals(committed) == [0, 1, 2]
-    survivor, _ = _takeover(clock, committed, EnergyVad())
-    assert SessionKey("c1", "mono") in survivor._engine.sessions  # restored: the control case
-    # The same takeover again, with a VAD whose import fails on anything (a corrupt record).
-    unusable, producer = _takeover(clock, committed, _RefusingVad())
-    unusable._engine._recognizer = _Says()  # type: ignore[assignment]
-    assert SessionKey("c1", "mono") not in unusable._engine.sessions
     more = speech_then_quiet("c1", 50, 60) + speech_then_quiet("c1", 50, 60)
-    _run(unusable, more)
-    assert _finals(producer) == [3, 4]
+    spans = {}
+    for vad in (EnergyVad(), _RefusingVad()):  # the second cannot import any VAD state
+        survivor, producer = _takeover(clock, committed, vad)
+        survivor._engine._recognizer = _Says()  # type: ignore[assignment]
+        _run(survivor, more)
+        spans[type(vad)] = [
+            (record["utterance_index"], record["start_ms"], record["end_ms"])
+            for record in (
+                orjson.loads(value)
+                for topic, _, value, _ in producer.committed
+                if "finals" in topic
+            )
+        ]
+    assert [index for index, *_ in spans[_RefusingVad]] == [3, 4]
+    for (_, start, end), (_, cold_start, cold_end) in zip(
+        spans[EnergyVad], spans[_RefusingVad], strict=True
+    ):
+        assert abs(cold_start - start) <= 100  # a few VAD frames of a cold start, at most
+        assert abs(cold_end - end) <= 100
 
 
 class _RefusingVad(EnergyVad):
