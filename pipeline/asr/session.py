@@ -41,6 +41,7 @@ __all__ = ["EarlyFinal", "FinalJob", "Session", "SessionKey", "SessionSnapshot",
 
 SAMPLE_RATE_HZ = 16000
 SAMPLES_PER_MS = SAMPLE_RATE_HZ // 1000
+_MIN_STORE_SAMPLES = SAMPLE_RATE_HZ  # a session's audio store never shrinks below 1 s
 
 
 class SessionKey(NamedTuple):
@@ -264,7 +265,7 @@ class Session:
         self._denoiser: StreamDenoiser | None = StreamDenoiser() if denoise else None
         # Audio kept, in a store that grows by doubling: appending a 20 ms chunk must not copy
         # the whole open utterance (np.concatenate did, 0.3–0.6 ms a chunk at 5–20 s).
-        self._store = np.zeros(16_000, dtype=np.float32)
+        self._store = np.zeros(_MIN_STORE_SAMPLES, dtype=np.float32)
         self._length = 0
         self.buffer_start_samples = 0
         self.total_samples = 0
@@ -527,6 +528,10 @@ class Session:
             self._store[:remaining] = self._store[drop : self._length]
             self._length = remaining
             self.buffer_start_samples = keep
+            if len(self._store) > _MIN_STORE_SAMPLES and 4 * remaining < len(self._store):
+                # A long utterance grew the store; between utterances it needs little again
+                # (2 MiB kept per session after one 20 s utterance, for the rest of the call).
+                self._store = self._store[: max(_MIN_STORE_SAMPLES, 2 * remaining)].copy()
         while len(self.capture_marks) > 1 and self.capture_marks[1][0] <= keep:
             self.capture_marks.popleft()
 

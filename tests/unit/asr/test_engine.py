@@ -930,6 +930,15 @@ def test_an_expected_session_continues_the_numbering_and_times_it_is_given() -> 
     ]
 
 
+def test_the_audio_kept_shrinks_back_after_a_long_utterance() -> None:
+    engine, _ = make_engine()
+    run(engine, signal(10, 600, 60), end_of_stream=False)  # 19 s of speech, then quiet
+    session = engine.sessions[KEY]
+    assert session.utterance is None
+    assert not session.final_jobs
+    assert len(session._store) <= 2 * RATE_HZ  # not the 19 s it once held
+
+
 def test_drop_forgets_a_session_and_its_expectation() -> None:
     engine, _ = make_engine()
     engine.accept(KEY, signal(10, 40), RATE_HZ)
