@@ -134,6 +134,7 @@ POD_SPEC = strict(
     ["containers"],
     containers={"type": "array", "minItems": 1, "items": CONTAINER},
     terminationGracePeriodSeconds={"type": "integer", "minimum": 0},
+    restartPolicy={"enum": ["Always", "OnFailure", "Never"]},
     securityContext={"type": "object"},
     tolerations={"type": "array", "items": {"type": "object"}},
     nodeSelector=STRING_MAP,
@@ -166,6 +167,27 @@ DEPLOYMENT = kind(
             ["metadata", "spec"],
             metadata=strict(["labels"], labels=STRING_MAP, annotations=STRING_MAP),
             spec=POD_SPEC,
+        ),
+    ),
+)
+JOB = kind(
+    "batch/v1",
+    "Job",
+    spec=strict(
+        ["template"],
+        backoffLimit={"type": "integer", "minimum": 0},
+        ttlSecondsAfterFinished={"type": "integer", "minimum": 0},
+        template=strict(
+            ["spec"],
+            metadata=strict(["labels"], labels=STRING_MAP, annotations=STRING_MAP),
+            spec={
+                **POD_SPEC,
+                "required": ["containers", "restartPolicy"],
+                "properties": {
+                    **POD_SPEC["properties"],
+                    "restartPolicy": {"enum": ["OnFailure", "Never"]},
+                },
+            },
         ),
     ),
 )
@@ -305,6 +327,7 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
     ("v1", "Secret"): SECRET,
     ("v1", "Service"): SERVICE,
     ("apps/v1", "Deployment"): DEPLOYMENT,
+    ("batch/v1", "Job"): JOB,
     ("policy/v1", "PodDisruptionBudget"): POD_DISRUPTION_BUDGET,
     ("keda.sh/v1alpha1", "ScaledObject"): SCALED_OBJECT,
     ("keda.sh/v1alpha1", "TriggerAuthentication"): TRIGGER_AUTHENTICATION,

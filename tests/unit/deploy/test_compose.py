@@ -181,5 +181,7 @@ def test_dockerfile_copies_what_exists_and_runs_streamscribe() -> None:
     assert 'ENTRYPOINT ["streamscribe"]' in dockerfile
     assert re.search(r"^USER \d+$", dockerfile, re.MULTILINE)
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
-    for path in ("pipeline", "topics", "schemas", "pyproject.toml"):
+    for path in ("pipeline", "topics", "schemas", "pyproject.toml", "constraints.txt"):
         assert any(line.lstrip("!").startswith(path) for line in ignore if line.startswith("!"))
+    # The versions the tests passed with, as `make setup` installs them.
+    assert re.search(r"^RUN pip install -c constraints\.txt -e \.", dockerfile, re.MULTILINE)

@@ -101,6 +101,21 @@ def test_worker_requests_a_gpu_and_probes_healthz_and_readyz_on_the_metrics_port
     assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] >= 30
+    # Holding a GPU, it must fail at start without CUDA rather than fall back to the CPU.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["STREAMSCRIBE_DEVICE"] == "cuda"
+
+
+def test_the_topics_are_created_by_a_job_with_the_workers_settings() -> None:
+    # Without it a fresh cluster has no audio.chunks: workers never get ready and the QA app
+    # exits at start.
+    job = _base()["Job/streamscribe-topics"]
+    container = _container(job)
+    assert container["args"] == ["topics", "apply"]
+    spec = job["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "OnFailure"  # until the brokers answer
+    assert spec["backoffLimit"] >= 3
+    assert spec["ttlSecondsAfterFinished"] > 0  # immutable: gone before the next apply
 
 
 def test_mig_overlay_swaps_the_whole_gpu_for_a_slice() -> None:
@@ -154,6 +169,7 @@ def test_settings_are_known_variables_and_credentials_stay_in_the_secret() -> No
     for deployment in (
         objects["Deployment/streamscribe-worker"],
         objects["Deployment/streamscribe-qa"],
+        objects["Job/streamscribe-topics"],
     ):
         container = _container(deployment)
         assert container["envFrom"] == [{"configMapRef": {"name": "streamscribe-settings"}}]
