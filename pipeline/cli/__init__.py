@@ -7,6 +7,7 @@ non-zero without a traceback; anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -80,4 +81,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_RUNTIME_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of stdout is gone (`tail --json | head`): it took what it wanted. Point
+        # stdout at /dev/null so that the interpreter's last flush does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     return result

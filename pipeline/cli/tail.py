@@ -13,11 +13,13 @@ every record is a plain line; ``--json`` prints one JSON object per line with a 
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
 import orjson
@@ -32,6 +34,12 @@ from pipeline.topics import TopicRole, topic_name
 __all__ = ["TailView", "register"]
 
 METADATA_TIMEOUT_S = 15.0
+LIVE_PARTIAL_MAX_AGE_S = 30.0
+"""A live partial not updated for this long is dropped from the redraw: its utterance ended
+without a final (a suppressed or empty one), and partials come every hop (0.5 s) while one is
+open."""
+MAX_REMEMBERED_CHANNELS = 10_000
+"""Channels whose newest final index is remembered (to drop late partials); the oldest go first."""
 ERASE_LINE = "\r\x1b[2K"
 CURSOR_UP = "\x1b[1A"
 DIM, RESET = "\x1b[2m", "\x1b[0m"
@@ -46,19 +54,31 @@ class TailView:
     """Renders partial and final records (parsed JSON objects) to ``stream``.
 
     ``tty``: redraw the live partials in place (lines cut to ``width`` so the redraw can count
-    them); otherwise one plain line per record. ``as_json``: one JSON object per line with
-    ``type`` = ``partial`` / ``final`` followed by the record's own fields.
+    them; at most ``height - 1`` of them, the newest, so the cursor can go back over all; none
+    older than ``LIVE_PARTIAL_MAX_AGE_S`` by ``now``); otherwise one plain line per record.
+    ``as_json``: one JSON object per line with ``type`` = ``partial`` / ``final`` followed by
+    the record's own fields.
     """
 
     def __init__(
-        self, stream: TextIO, *, as_json: bool = False, tty: bool = False, width: int = 120
+        self,
+        stream: TextIO,
+        *,
+        as_json: bool = False,
+        tty: bool = False,
+        width: int = 120,
+        height: int = 40,
+        now: Callable[[], float] = time.monotonic,
     ) -> None:
         self._stream = stream
         self._json = as_json
         self._tty = tty and not as_json
         self._width = max(20, width)
-        self._live: dict[tuple[str, str], Mapping[str, Any]] = {}
-        self._finalized: dict[tuple[str, str], int] = {}
+        self._max_live = max(1, height - 1)
+        self._now = now
+        # (call, channel) → its newest partial and when it came; in arrival order.
+        self._live: OrderedDict[tuple[str, str], tuple[Mapping[str, Any], float]] = OrderedDict()
+        self._finalized: OrderedDict[tuple[str, str], int] = OrderedDict()
         self._drawn = 0
 
     def partial(self, record: Mapping[str, Any]) -> None:
@@ -73,7 +93,8 @@ class TailView:
         index = _int(record, "utterance_index")
         if index <= self._finalized.get(key, -1):
             return  # a late partial of an utterance already final
-        self._live[key] = record
+        self._live.pop(key, None)
+        self._live[key] = (record, self._now())
         self._redraw([])
 
     def final(self, record: Mapping[str, Any]) -> None:
@@ -87,9 +108,11 @@ class TailView:
             return
         key = (str(record.get("call_id")), str(record.get("channel")))
         index = _int(record, "utterance_index")
-        self._finalized[key] = max(index, self._finalized.get(key, -1))
+        self._finalized[key] = max(index, self._finalized.pop(key, -1))
+        while len(self._finalized) > MAX_REMEMBERED_CHANNELS:
+            self._finalized.popitem(last=False)
         live = self._live.get(key)
-        if live is not None and _int(live, "utterance_index") <= index:
+        if live is not None and _int(live[0], "utterance_index") <= index:
             del self._live[key]
         self._redraw([line])
 
@@ -105,7 +128,13 @@ class TailView:
         if self._drawn:
             out.append(ERASE_LINE + (CURSOR_UP + ERASE_LINE) * (self._drawn - 1))
         out.extend(line + "\n" for line in finals)
-        live = [self._partial_line(record) for record in self._live.values()]
+        now = self._now()
+        for key in [
+            k for k, (_, seen) in self._live.items() if now - seen > LIVE_PARTIAL_MAX_AGE_S
+        ]:
+            del self._live[key]
+        newest = list(self._live.values())[-self._max_live :]
+        live = [self._partial_line(record) for record, _ in newest]
         out.append("\n".join(live))
         self._drawn = len(live)
         self._stream.write("".join(out))
@@ -210,8 +239,8 @@ def _tail(args: argparse.Namespace) -> int:
 
     if args.max_records is not None and args.max_records < 1:
         raise ConfigError("--max-records must be at least 1")
-    if args.idle_exit_s is not None and args.idle_exit_s <= 0:
-        raise ConfigError("--idle-exit-s must be positive")
+    if args.idle_exit_s is not None and not (0 < args.idle_exit_s < math.inf):
+        raise ConfigError("--idle-exit-s must be a positive number of seconds")
     settings = settings_from_args(args)
     prefix = settings.kafka.topic_prefix
     partials_topic = topic_name(TopicRole.PARTIALS, prefix)
@@ -219,7 +248,8 @@ def _tail(args: argparse.Namespace) -> int:
     consumer = new_consumer(_tail_consumer_config(settings, args.from_beginning))
     stdout = sys.stdout
     tty = stdout.isatty()
-    view = TailView(stdout, as_json=args.json, tty=tty, width=shutil.get_terminal_size().columns)
+    size = shutil.get_terminal_size()
+    view = TailView(stdout, as_json=args.json, tty=tty, width=size.columns, height=size.lines)
     wanted_key = args.call.encode() if args.call else None
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
     shown = 0
@@ -244,7 +274,6 @@ def _tail(args: argparse.Namespace) -> int:
                     if fault.code() != KafkaError._PARTITION_EOF:
                         print(f"tail: {fault}", file=sys.stderr)
                     continue
-                last_record = time.monotonic()
                 if wanted_key is not None and record.key() not in (wanted_key, None):
                     continue
                 try:
@@ -256,6 +285,7 @@ def _tail(args: argparse.Namespace) -> int:
                     continue
                 if args.call and data.get("call_id") != args.call:
                     continue
+                last_record = time.monotonic()  # --idle-exit-s: a record of what is shown
                 if record.topic() == finals_topic:
                     view.final(data)
                 else:

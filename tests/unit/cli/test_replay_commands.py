@@ -170,7 +170,8 @@ def test_compare_user_mistakes_exit_2(
         ),
         (["replay", "--calls", "c1", "--output", "/"], "is a directory"),
         (["tail", "--max-records", "0"], "--max-records must be at least 1"),
-        (["tail", "--idle-exit-s", "0"], "--idle-exit-s must be positive"),
+        (["tail", "--idle-exit-s", "0"], "--idle-exit-s must be a positive number"),
+        (["tail", "--idle-exit-s", "nan"], "--idle-exit-s must be a positive number"),
     ],
 )
 def test_replay_and_tail_user_mistakes_exit_2_before_kafka(

@@ -98,3 +98,25 @@ def test_long_partials_are_cut_to_the_terminal_width() -> None:
     view.partial(_partial("c1", 0, "committed " * 2, "tentative " * 10))
     visible = out.getvalue().replace("\x1b[2m", "").replace("\x1b[0m", "")
     assert len(visible) <= 39
+
+
+def test_a_partial_left_without_a_final_leaves_the_redraw_after_a_while() -> None:
+    # Its utterance ended with a suppressed (or empty) final: no final will ever replace it.
+    out, clock = io.StringIO(), [0.0]
+    view = TailView(out, tty=True, width=80, now=lambda: clock[0])
+    view.partial(_partial("c1", 0, "thank you for", "watching"))
+    clock[0] = 31.0
+    view.partial(_partial("c2", 0, "hello", ""))
+    last = out.getvalue().rsplit(ERASE_LINE, 1)[-1]
+    assert "c2" in last
+    assert "thank you for" not in last
+
+
+def test_no_more_live_lines_than_the_terminal_has_rows() -> None:
+    # The cursor cannot go above the screen's top: more lines would pile up in scrollback.
+    out = io.StringIO()
+    view = TailView(out, tty=True, width=80, height=4)
+    for n in range(6):
+        view.partial(_partial(f"c{n}", 0, "hello", ""))
+    last = out.getvalue().rsplit(ERASE_LINE, 1)[-1]
+    assert [line.split()[1] for line in last.split("\n")] == ["c3", "c4", "c5"]
