@@ -843,7 +843,12 @@ class AsrWorker:
                 logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
                 producer = self._tx
                 try:
-                    transactional(producer.abort_transaction, progress=self._progressed)
+                    transactional(
+                        producer.abort_transaction,
+                        timeout_s=self._call_timeout_s,
+                        cut_off=lambda: self._shutdown_deadline,
+                        progress=self._progressed,
+                    )
                     cause = RewindCause.FAILED
                 except KafkaException as abort_error:
                     # A broker restarted mid-transaction can leave the producer in a state it
@@ -874,7 +879,12 @@ class AsrWorker:
         """
         self._tx = producer = self._transactional_producer()
         try:
-            transactional(producer.init_transactions, progress=self._progressed)
+            transactional(
+                producer.init_transactions,
+                timeout_s=self._call_timeout_s,
+                cut_off=lambda: self._shutdown_deadline,
+                progress=self._progressed,
+            )
         except (KafkaException, StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
@@ -888,11 +898,16 @@ class AsrWorker:
 
         def read_committed_offsets() -> None:
             committed[:] = self._consumer.committed(
-                [TopicPartition(topic, p) for p in partitions], TRANSACTION_TIMEOUT_S
+                [TopicPartition(topic, p) for p in partitions], self._call_timeout_s()
             )
 
         try:
-            retrying(read_committed_offsets, progress=self._progressed)
+            # Like every call of the recovery, bounded by a shutdown that begins meanwhile.
+            retrying(
+                read_committed_offsets,
+                cut_off=lambda: self._shutdown_deadline,
+                progress=self._progressed,
+            )
         except KafkaException as error:
             raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
         for tp in committed:

@@ -674,3 +674,42 @@ def test_a_fenced_worker_stops() -> None:
     _rewinding(worker)
     with pytest.raises(InfrastructureError, match="fatal"):
         _run(worker, [_chunk("c1", 0, 0)])
+
+
+class _DownDuringRecovery(_FailingOnce):
+    """Its commit fails; its abort finds the brokers down (retriable) and SIGTERM arrives then.
+    Records the timeout of every recovery call."""
+
+    def __init__(self, worker: AsrWorker) -> None:
+        super().__init__()
+        self.worker = worker
+        self.timeouts: list[float] = []
+
+    def abort_transaction(self, timeout: float = -1) -> None:
+        self.timeouts.append(timeout)
+        self.worker.stop()
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "brokers down", retriable=True))
+
+
+class _NeverInits(_Producer):
+    def __init__(self, timeouts: list[float]) -> None:
+        super().__init__()
+        self.timeouts = timeouts
+
+    def init_transactions(self, timeout: float = -1) -> None:
+        self.timeouts.append(timeout)
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "brokers down", retriable=True))
+
+
+def test_a_sigterm_during_the_recovery_of_a_failed_commit_bounds_the_recovery() -> None:
+    # The recovery (abort, a new producer, the committed offsets) retried for up to 120 s per
+    # call, ignoring the shutdown bound: a SIGTERM in a Kafka outage outlived the pod's grace.
+    worker, _ = _worker(ManualClock(1_000_000), shutdown_timeout_ms=300)
+    worker._tx = producer = _DownDuringRecovery(worker)
+    worker._transactional_producer = lambda: _NeverInits(producer.timeouts)  # type: ignore[method-assign]
+    _rewinding(worker)
+    worker._handle(_chunk("c1", 0, 0))
+    with pytest.raises(InfrastructureError, match="cannot restart Kafka transactions"):
+        worker._commit()
+    assert producer.timeouts
+    assert max(producer.timeouts[1:]) <= 0.3  # after the signal: what is left of the bound
