@@ -1,8 +1,10 @@
 """The monitor's Kafka reader: a thread with two consumers that feeds parsed records to a sink.
 
-- ``asr.partials`` and ``asr.events``: ``read_uncommitted`` (live views need no transaction
-  boundary; partials are not transactional anyway);
-- ``asr.finals`` and ``qa.calls``: ``read_committed`` (each final once, never an aborted one).
+- ``asr.partials``: ``read_uncommitted`` (they are not written in transactions; live views
+  should not wait for anyone's);
+- ``asr.events``, ``asr.finals`` and ``qa.calls``: ``read_committed`` (each record once, never an
+  aborted one: events and finals are written in the workers' transactions, and the
+  ``chunk_rejected`` events of an aborted one are written again when its chunks are replayed).
 
 Both consumers take their partitions by hand (``assign``) under a throwaway group id with
 ``enable.auto.commit=false``: the monitor joins no group, commits nothing and takes no partition
@@ -59,8 +61,8 @@ _PARSERS: dict[TopicRole, Parser] = {
     TopicRole.FINALS: parse_final,
     TopicRole.QA_CALLS: parse_qa_call,
 }
-_LIVE_ROLES = (TopicRole.PARTIALS, TopicRole.EVENTS)
-_COMMITTED_ROLES = (TopicRole.FINALS, TopicRole.QA_CALLS)
+_LIVE_ROLES = (TopicRole.PARTIALS,)
+_COMMITTED_ROLES = (TopicRole.EVENTS, TopicRole.FINALS, TopicRole.QA_CALLS)
 
 
 def reader_config(settings: Settings, read_committed: bool) -> dict[str, object]:

@@ -12,13 +12,18 @@ Contracts:
   ``max_utterances_per_call`` finals (the oldest go first; ``dropped_utterances`` counts them),
   and the dead-letter tally keeps ``dead_letter_window_ms`` of timestamps.
 - **Idempotent.** A final already held (same ``utterance_id``), a partial older than the one
-  shown (by utterance index, then revision), a partial of an utterance already final, and a QA
-  summary of a lower revision change nothing; records may repeat after a failover or a replay.
+  shown (by utterance index, then revision), a partial of an utterance already final, a partial
+  emitted before its channel's ``session_ended`` and a QA summary of a lower revision change
+  nothing; records may repeat after a failover or a replay.
 - **Order-tolerant.** Finals and events come from different topics: a call may end before its
   last finals arrive, and they are still added.
 - **Live and ended.** A call has ended when every channel it has seen has a ``session_ended``
   event (or its QA summary says it ended); a ``session_started`` reopens it. Ended calls stay on
   the live page for ``ended_linger_ms`` after their end.
+- **Open utterances.** A channel shows at most one open utterance: its newest partial, until a
+  final of that or a later utterance, a partial of a later one, or the channel's
+  ``session_ended`` closes it (the engine publishes no final when a final's text is empty or
+  suppressed by a guard, so a partial may never see its final).
 - **Changes.** Every call a record touched is reported once by ``drain_changes`` (with the calls
   evicted since), so the server pushes one update per call per flush, whatever the record rate.
 """
@@ -219,6 +224,8 @@ class StoreChanges:
 @dataclass(slots=True)
 class _Channel:
     ended: bool = False
+    ended_at_ms: int = 0
+    """Emit time of the channel's newest ``session_ended``."""
     audio_ms: int = 0
     partial: PartialUpdate | None = None
     last_final_index: int = -1
@@ -304,6 +311,8 @@ class MonitorStore:
         if channel is not None:
             if partial.utterance_index <= channel.last_final_index:
                 return
+            if channel.ended and partial.emit_ms <= channel.ended_at_ms:
+                return  # read after its session ended (partials and events are other topics)
             shown = channel.partial
             if shown is not None and (shown.utterance_index, shown.revision) >= (
                 partial.utterance_index,
@@ -355,6 +364,10 @@ class MonitorStore:
             call.ended_ms = None
             return
         channel.ended = True
+        channel.ended_at_ms = max(channel.ended_at_ms, event.emit_ms)
+        if channel.partial is not None:
+            channel.partial = None  # an utterance the engine closed without a final
+            call.search_lines = None
         if event.audio_ms is not None:
             channel.audio_ms = max(channel.audio_ms, event.audio_ms)
         if all(other.ended for other in call.channels.values()):

@@ -24,7 +24,7 @@ request. The app only reads the store on the event loop's thread; ``push_changes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,9 @@ __all__ = [
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 HEARTBEAT_S = 15.0
-SUBSCRIBER_QUEUE = 512
+SUBSCRIBER_MAX_BEHIND = 512
+"""Publishes (five flushes a second, a health push every few seconds) a stream may leave
+untaken before it is closed: about 100 s."""
 DEFAULT_PAGE_SIZE = 25
 
 SECURITY_HEADERS = {
@@ -78,18 +80,37 @@ def sse_message(event: str, data: bytes) -> bytes:
     return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
 
 
-_CLOSE = b""
-
-
 @dataclass(eq=False, slots=True)
 class _Subscriber:
+    """One open event stream and its unsent messages, coalesced: the newest message per call
+    (a ``call`` row or ``evicted``, first-changed first) and the newest ``health``. However many
+    calls change and however slowly the page reads, it holds at most one message per call."""
+
     call_id: str | None
-    queue: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(SUBSCRIBER_QUEUE))
+    calls: dict[str, bytes] = field(default_factory=dict)
+    health: bytes | None = None
+    behind: int = 0
+    """Publishes that reached this stream since it last took its messages."""
+    closed: bool = False
+    wakeup: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self) -> list[bytes]:
+        """The unsent messages, in the order to send them; the stream is then caught up."""
+        messages = list(self.calls.values())
+        if self.health is not None:
+            messages.append(self.health)
+        self.calls = {}
+        self.health = None
+        self.behind = 0
+        self.wakeup.clear()
+        return messages
 
 
 class StreamHub:
-    """The connected event streams. ``publish`` never blocks: a subscriber that falls
-    ``SUBSCRIBER_QUEUE`` messages behind is closed (its page reconnects and gets a snapshot)."""
+    """The connected event streams. Publishing never blocks and costs a stream at most one
+    unsent message per call: a newer message of a call replaces the unsent one. A stream that
+    has not taken its messages for ``SUBSCRIBER_MAX_BEHIND`` publishes is closed (its page
+    reconnects and gets a snapshot)."""
 
     def __init__(self) -> None:
         self._subscribers: set[_Subscriber] = set()
@@ -105,25 +126,43 @@ class StreamHub:
     def unsubscribe(self, subscriber: _Subscriber) -> None:
         self._subscribers.discard(subscriber)
 
-    def publish(self, message: bytes, call_id: str | None = None) -> None:
-        """Send to every stream, or only to the global ones and ``call_id``'s when given."""
+    def publish_calls(self, messages: Mapping[str, bytes]) -> None:
+        """One flush: call id → its message; every stream gets them all, a call's stream (one
+        opened with ``call``) only its call's."""
+        if not messages:
+            return
         for subscriber in list(self._subscribers):
-            if subscriber.call_id is not None and subscriber.call_id != call_id:
+            if subscriber.call_id is None:
+                subscriber.calls.update(messages)
+            elif subscriber.call_id in messages:
+                subscriber.calls[subscriber.call_id] = messages[subscriber.call_id]
+            else:
                 continue
-            try:
-                subscriber.queue.put_nowait(message)
-            except asyncio.QueueFull:
-                self._close(subscriber)
+            self._offered(subscriber)
+
+    def publish_health(self, message: bytes) -> None:
+        """The health strip, to every stream but the calls' ones."""
+        for subscriber in list(self._subscribers):
+            if subscriber.call_id is None:
+                subscriber.health = message
+                self._offered(subscriber)
 
     def close(self) -> None:
         for subscriber in list(self._subscribers):
             self._close(subscriber)
 
+    def _offered(self, subscriber: _Subscriber) -> None:
+        subscriber.behind += 1
+        if subscriber.behind > SUBSCRIBER_MAX_BEHIND:
+            self._close(subscriber)
+        else:
+            subscriber.wakeup.set()
+
     def _close(self, subscriber: _Subscriber) -> None:
         self._subscribers.discard(subscriber)
-        while not subscriber.queue.empty():
-            subscriber.queue.get_nowait()
-        subscriber.queue.put_nowait(_CLOSE)
+        subscriber.take()
+        subscriber.closed = True
+        subscriber.wakeup.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,19 +197,22 @@ def _live_payload(context: MonitorContext) -> dict[str, Any]:
 
 
 def push_changes(context: MonitorContext) -> int:
-    """Send every call changed or evicted since the last push; returns how many messages."""
+    """Send every call changed or evicted since the last push (one message per call, however
+    many records touched it); returns how many messages."""
     changes = context.store.drain_changes()
+    messages: dict[str, bytes] = {}
     for call_id in changes.changed:
         row = context.store.row(call_id)
         if row is not None:
-            context.hub.publish(sse_message("call", orjson.dumps(row)), call_id)
+            messages[call_id] = sse_message("call", orjson.dumps(row))
     for call_id in changes.evicted:
-        context.hub.publish(sse_message("evicted", orjson.dumps({"call_id": call_id})), call_id)
-    return len(changes.changed) + len(changes.evicted)
+        messages[call_id] = sse_message("evicted", orjson.dumps({"call_id": call_id}))
+    context.hub.publish_calls(messages)
+    return len(messages)
 
 
 def push_health(context: MonitorContext) -> None:
-    context.hub.publish(sse_message("health", orjson.dumps(context.health())))
+    context.hub.publish_health(sse_message("health", orjson.dumps(context.health())))
 
 
 def _bad_request(message: str) -> web.HTTPBadRequest:
@@ -262,12 +304,15 @@ async def _stream(request: web.Request) -> web.StreamResponse:
         await response.write(sse_message("snapshot", orjson.dumps(snapshot)))
         while True:
             try:
-                message = await asyncio.wait_for(subscriber.queue.get(), HEARTBEAT_S)
+                await asyncio.wait_for(subscriber.wakeup.wait(), HEARTBEAT_S)
             except TimeoutError:
-                message = b": keep-alive\n\n"
-            if message == _CLOSE:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if subscriber.closed:
                 break
-            await response.write(message)
+            messages = subscriber.take()
+            if messages:
+                await response.write(b"".join(messages))
         await response.write_eof()
     except ConnectionResetError:
         pass  # the page went away

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
+from confluent_kafka import TopicPartition
 
 from pipeline.cli import build_parser, main
 from pipeline.cli.monitor import _monitor_settings
 from pipeline.errors import ConfigError
+from pipeline.monitor import kafka as monitor_kafka
 from pipeline.monitor.kafka import reader_config
 from pipeline.monitor.server import validate_monitor_settings
 from pipeline.settings import MonitorSettings, Settings, load_settings
+from pipeline.topics import TopicRole, topic_name
 
 
 def test_flags_override_the_monitor_settings(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,6 +91,61 @@ def test_the_readers_join_no_group_and_commit_nothing() -> None:
     assert live["isolation.level"] == "read_uncommitted"
     assert committed["isolation.level"] == "read_committed"
     assert live["group.id"] != committed["group.id"]
+
+
+class _FakeConsumer:
+    """What ``KafkaReader.open`` asks of a consumer: metadata, offsets by time, an assignment."""
+
+    def __init__(self, config: Mapping[str, object]) -> None:
+        self.config = dict(config)
+        self.assigned: list[str] = []
+
+    def list_topics(self, timeout: float) -> Any:
+        partitions = {0: object()}
+        topics = {
+            topic_name(role): SimpleNamespace(error=None, partitions=partitions)
+            for role in TopicRole
+        }
+        return SimpleNamespace(topics=topics)
+
+    def offsets_for_times(self, wanted: list[TopicPartition], timeout: float) -> Any:
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in wanted]
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.assigned += [tp.topic for tp in partitions]
+
+    def close(self) -> None:
+        pass
+
+
+def test_partials_are_read_uncommitted_and_every_transactional_topic_read_committed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Events are written in the workers' transactions: read uncommitted, the chunk_rejected
+    # events of an aborted transaction (replayed afterwards) counted twice as dead letters.
+    consumers: list[_FakeConsumer] = []
+
+    def new_consumer(config: Mapping[str, object]) -> _FakeConsumer:
+        consumers.append(_FakeConsumer(config))
+        return consumers[-1]
+
+    monkeypatch.setattr(monitor_kafka, "new_consumer", new_consumer)
+    reader = monitor_kafka.KafkaReader(
+        Settings(), lambda records: None, history_ms=1000, now_ms=lambda: 5000
+    )
+    reader.open()
+    isolation = {
+        topic: consumer.config["isolation.level"]
+        for consumer in consumers
+        for topic in consumer.assigned
+    }
+    assert isolation == {
+        "asr.partials": "read_uncommitted",
+        "asr.events": "read_committed",
+        "asr.finals": "read_committed",
+        "qa.calls": "read_committed",
+    }
+    reader.close()
 
 
 def test_a_librdkafka_property_it_refuses_is_a_config_error_not_a_traceback() -> None:

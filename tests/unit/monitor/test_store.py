@@ -84,6 +84,54 @@ def test_a_final_replaces_the_partial_and_late_partials_of_it_are_ignored() -> N
     assert (channel.tentative_text, channel.final, channel.utterance_index) == ("how can", False, 1)
 
 
+def test_a_session_end_closes_an_utterance_that_never_got_its_final() -> None:
+    # The engine publishes no final when the final's text is empty or suppressed by a guard:
+    # the utterance's last partial must not stay open on the card, the page or in the search.
+    store = _store()
+    _start(store, "c1", "agent", "customer")
+    store.apply(said("c1", "agent", 2, "thanks for calling", 5000))
+    store.apply(partial("c1", "agent", 3, 2, "thank you for", "watching", at_ms=T0_MS + 9800))
+    store.apply(partial("c1", "customer", 0, 0, "", "bye", at_ms=T0_MS + 9900))
+    store.apply(event(ENDED, "c1", "agent", at_ms=T0_MS + 10_000, audio_ms=10_000))
+    agent, customer = store.live_calls()[0].channels
+    assert (agent.committed_text, agent.tentative_text, agent.final) == (
+        "thanks for calling",
+        "",
+        True,
+    )
+    assert agent.utterance_index == 2
+    assert (customer.tentative_text, customer.final) == ("bye", False)  # still in its session
+    detail = store.detail("c1")
+    assert detail is not None
+    assert [u.channel for u in detail.open_utterances] == ["customer"]
+    assert store.search(CallQuery(text="thank you for watching")).total == 0
+    # A partial of the ended session read after its end (another topic) does not reopen it.
+    store.apply(partial("c1", "agent", 3, 3, "thank you for", "watching", at_ms=T0_MS + 9900))
+    assert store.live_calls()[0].channels[0].final
+    # A new session's partials show again.
+    _start(store, "c1", "agent", at_ms=T0_MS + 20_000)
+    store.apply(partial("c1", "agent", 4, 0, "", "hello again", at_ms=T0_MS + 20_500))
+    assert store.live_calls()[0].channels[0].tentative_text == "hello again"
+
+
+def test_an_utterance_without_a_final_closes_when_a_later_one_of_its_channel_arrives() -> None:
+    store = _store()
+    store.apply(partial("c1", "agent", 0, 5, "thank you for", "watching"))
+    store.apply(said("c1", "agent", 1, "how can I help", 4000))  # utterance 0 had no final
+    (channel,) = store.live_calls()[0].channels
+    assert (channel.committed_text, channel.final, channel.utterance_index) == (
+        "how can I help",
+        True,
+        1,
+    )
+    store.apply(partial("c1", "agent", 0, 6, "thank you for watching"))  # late: ignored
+    assert store.live_calls()[0].channels[0].final
+    store.apply(partial("c1", "agent", 2, 9, "x", "y"))
+    store.apply(partial("c1", "agent", 3, 0, "", "next one"))  # utterance 2 had no final
+    assert store.live_calls()[0].channels[0].tentative_text == "next one"
+    assert store.search(CallQuery(text="x y")).total == 0
+
+
 def test_a_call_ends_when_every_channel_ended_and_lingers_on_the_live_page() -> None:
     clock = ManualClock(T0_MS)
     store = _store(clock, ended_linger_ms=60_000)

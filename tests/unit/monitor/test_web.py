@@ -19,6 +19,7 @@ from pipeline.monitor.store import MonitorStore, StoreLimits
 from pipeline.monitor.web import (
     SECURITY_HEADERS,
     STATIC_DIR,
+    SUBSCRIBER_MAX_BEHIND,
     MonitorContext,
     MonitorStatus,
     StreamHub,
@@ -247,18 +248,72 @@ def test_a_call_stream_carries_only_that_calls_updates() -> None:
     _run(context, scenario)
 
 
-def test_a_subscriber_that_falls_behind_is_closed_and_others_keep_going() -> None:
+def test_a_flush_of_more_calls_than_the_backlog_limit_reaches_a_live_page() -> None:
+    # Start-up (24 h of history) or a busy pipeline changes hundreds of calls per flush; the page
+    # must get every row and stay connected (one message per call once cost a queue slot each,
+    # and 512 of them closed every live page at every such flush).
+    calls = [f"burst-{n:04d}" for n in range(SUBSCRIBER_MAX_BEHIND + 100)]
+    context = _context()
+
+    async def scenario(client: TestClient[Any, Any]) -> None:
+        response = await client.get("/api/stream")
+        name, _ = await _next_event(response.content)
+        assert name == "snapshot"
+        for _round in range(2):
+            for call_id in calls:
+                context.store.apply(partial(call_id, "mono", 0, _round, "hello", "there"))
+            assert push_changes(context) == len(calls)
+            push_health(context)
+            seen = []
+            while len(seen) < len(calls) + 1:
+                line = await asyncio.wait_for(response.content.readline(), 5)
+                assert line, "the stream was closed"
+                if line.startswith(b"event: "):
+                    seen.append(line.removeprefix(b"event: ").strip().decode())
+            assert seen == ["call"] * len(calls) + ["health"]
+        assert len(context.hub) == 1
+        response.close()
+
+    _run(context, scenario)
+
+
+def test_a_stream_holds_one_unsent_message_per_call_and_the_newest_health() -> None:
+    async def main() -> None:
+        hub = StreamHub()
+        page = hub.subscribe(None)
+        follower = hub.subscribe("c1")
+        for n in range(10):
+            hub.publish_calls({"c1": b"c1-%d" % n, "c2": b"c2-%d" % n})
+            hub.publish_health(b"health-%d" % n)
+        assert page.take() == [b"c1-9", b"c2-9", b"health-9"]
+        assert follower.take() == [b"c1-9"]  # no other call, no health
+        assert page.take() == []
+        hub.publish_calls({"c2": b"c2-evicted"})
+        assert follower.behind == 0
+        assert page.take() == [b"c2-evicted"]
+
+    asyncio.run(main())
+
+
+def test_a_stream_that_stops_reading_is_closed_and_others_keep_going() -> None:
     async def main() -> None:
         hub = StreamHub()
         slow = hub.subscribe(None)
+        reader = hub.subscribe(None)
         other = hub.subscribe("c1")
-        for _ in range(600):
-            hub.publish(b"event: call\ndata: {}\n\n", "c2")
-        assert len(hub) == 1
-        assert slow.queue.get_nowait() == b""  # the close marker, nothing else
-        assert other.queue.empty()
+        for n in range(SUBSCRIBER_MAX_BEHIND + 1):
+            hub.publish_calls({f"c{n % 3 + 2}": b"event: call\ndata: {}\n\n"})
+            assert len(reader.take()) == 1
+            assert len(slow.calls) <= 3  # coalesced per call while it waits
+        assert slow.closed
+        assert slow.wakeup.is_set()
+        assert slow.take() == []  # nothing left to send
+        assert len(hub) == 2
+        assert not other.wakeup.is_set()
         hub.close()
         assert len(hub) == 0
+        assert reader.closed
+        assert other.closed
 
     asyncio.run(main())
 
