@@ -207,6 +207,9 @@ class Comparison:
     text_changes: int
     gate: GateResult
     boundary_tolerance_ms: int
+    unmatched_references: tuple[str, ...] = ()
+    """Reference ids no stream of either run matched (sorted): calls aged out of the topic, or
+    ids mistyped; the WER covers fewer calls than the references name."""
 
 
 def percent(errors: WordErrors) -> float:
@@ -485,4 +488,7 @@ def compare_runs(
         text_changes=counts[ChangeKind.TEXT_CHANGED],
         gate=gate,
         boundary_tolerance_ms=boundary_tolerance_ms,
+        unmatched_references=tuple(
+            sorted(set(refs or ()) - {s.reference_id for s in streams if s.reference_id})
+        ),
     )

@@ -96,6 +96,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
             for c in comparison.config_changes
         ],
         "references": comparison.has_references,
+        "unmatched_references": list(comparison.unmatched_references),
         "overall": {
             "baseline": _errors_json(comparison.baseline_errors),
             "candidate": _errors_json(comparison.candidate_errors),
@@ -243,6 +244,15 @@ def comparison_markdown(comparison: Comparison, max_examples: int = DEFAULT_MAX_
 
 def _accuracy(comparison: Comparison) -> list[str]:
     lines = ["## Accuracy", ""]
+    unmatched = comparison.unmatched_references
+    if unmatched:
+        shown = ", ".join(f"`{_cell(ref)}`" for ref in unmatched[:20])
+        more = f" and {len(unmatched) - 20} more" if len(unmatched) > 20 else ""
+        lines += [
+            f"**{len(unmatched)} reference(s) matched no stream** of either run (not counted: "
+            f"calls aged out of the topic, or ids mistyped): {shown}{more}.",
+            "",
+        ]
     if comparison.has_references:
         lines += [
             f"Overall WER: baseline {_wer_cell(comparison.baseline_errors)}, candidate "

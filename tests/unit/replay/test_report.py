@@ -83,3 +83,15 @@ def test_verdict_lines() -> None:
     )
     assert verdict_line(compare_runs(BASE, WORSE, None)).startswith("NOT GATED: candidate")
     assert "no references" in verdict_line(compare_runs(BASE, WORSE, None, max_increase_pct=1))
+
+
+def test_references_that_matched_no_stream_are_listed() -> None:
+    # A fixed benchmark shrinks quietly as its calls age out of the topic's retention.
+    refs = {**REFS, "c9:agent": "gone", "c7": "also gone"}
+    comparison = compare_runs(BASE, WORSE, refs)
+    assert comparison.unmatched_references == ("c7", "c9:agent")
+    report = comparison_markdown(comparison)
+    assert "**2 reference(s) matched no stream** of either run" in report
+    assert "`c7`, `c9:agent`" in report
+    assert comparison_json(comparison)["unmatched_references"] == ["c7", "c9:agent"]
+    assert "matched no stream" not in comparison_markdown(compare_runs(BASE, WORSE, REFS))
