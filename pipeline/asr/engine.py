@@ -68,6 +68,15 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class _Expected:
+    """How a session announced by ``expect`` begins once its first chunk comes."""
+
+    finals_through: int
+    start_samples: int  # its first sample in the call (16 kHz)
+    next_index: int
+
+
 class BiasSource(Protocol):
     """Hotword biasing for a session: the bias to apply to its next decode, or None."""
 
@@ -216,9 +225,7 @@ class StreamingEngine:
         self._config = config or EngineConfig()
         self._clock = clock or WallClock()
         self._sessions: dict[SessionKey, Session] = {}
-        self._expected_finals_through: dict[SessionKey, int] = {}
-        # Where an expected session resumes: (its first sample in the call, its next index).
-        self._expected_start: dict[SessionKey, tuple[int, int]] = {}
+        self._expected: dict[SessionKey, _Expected] = {}
         self.last_step_jobs = 0
         """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
         self.last_vad_s: float | None = None
@@ -258,10 +265,11 @@ class StreamingEngine:
                 self._vad.frame_samples,
                 denoise=self._config.denoise,
             )
-            session.finals_through = self._expected_finals_through.pop(key, -1)
-            start = self._expected_start.pop(key, None)
-            if start is not None:
-                session.start_at(*start)
+            expected = self._expected.pop(key, None)
+            if expected is not None:
+                session.finals_through = expected.finals_through
+                if expected.start_samples or expected.next_index:
+                    session.start_at(expected.start_samples, expected.next_index)
             self._sessions[key] = session
         return session
 
@@ -303,8 +311,7 @@ class StreamingEngine:
         session = self._sessions.pop(key, None)
         if session is not None:
             session.close()
-        self._expected_finals_through.pop(key, None)
-        self._expected_start.pop(key, None)
+        self._expected.pop(key, None)
 
     def expect(
         self,
@@ -320,9 +327,7 @@ class StreamingEngine:
         snapshot that turned out unusable) they are the snapshot's: the replay's utterances
         continue the numbering, and their times count from the call's start, not the replay's.
         """
-        self._expected_finals_through[key] = finals_through
-        if next_index or start_samples:
-            self._expected_start[key] = (start_samples, next_index)
+        self._expected[key] = _Expected(finals_through, start_samples, next_index)
 
     # -- checkpoints -------------------------------------------------------------------------
 
