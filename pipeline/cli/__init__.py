@@ -1,7 +1,12 @@
 """The ``streamscribe`` command line: one entry point, one subcommand per job.
 
 User mistakes and infrastructure failures print one line (``streamscribe: error: …``) and exit
-non-zero without a traceback; anything else is a bug and keeps its traceback.
+non-zero without a traceback; anything else is a bug: it keeps its traceback and exits 70
+(``EX_SOFTWARE``), so that no caller mistakes a crash for an answer (``compare`` exits 1 only
+for a regression).
+
+Exit status: 0 done, 1 infrastructure failure (or ``compare``'s regression), 2 user mistake,
+70 internal error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,6 +56,7 @@ SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (
 
 EXIT_USER_ERROR = 2
 EXIT_RUNTIME_ERROR = 1
+EXIT_INTERNAL_ERROR = 70  # sysexits.h EX_SOFTWARE: a bug, never a verdict
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -87,4 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"streamscribe: internal error in {args.command!r} (a bug; the traceback is above)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
     return result

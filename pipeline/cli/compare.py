@@ -3,7 +3,8 @@
 Inputs are replay results files or finals dumps (``pipeline.replay.results.load_run``). The
 markdown report goes to stdout unless ``--markdown FILE`` (or ``--json -``) is given; the verdict
 line always goes to stderr. Exit status: 0 when the candidate passes the gate (or no gate is
-set), 1 when ``--max-wer-increase`` is exceeded, 2 for unreadable input.
+set), 1 when ``--max-wer-increase`` is exceeded, 2 for unreadable input, 70 for a bug
+(``pipeline.cli.main``): 1 means a regression and nothing else.
 """
 
 from __future__ import annotations

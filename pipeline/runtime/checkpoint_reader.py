@@ -9,23 +9,31 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pipeline.errors import InfrastructureError
 from pipeline.runtime.kafka import checkpoint_reader_config, new_consumer
 from pipeline.settings import KafkaSettings
 from pipeline.worker.checkpoint import PartitionCheckpoint, SessionCheckpoint, decode_checkpoint
 
-__all__ = ["CHECKPOINT_READ_TIMEOUT_S", "Checkpoints", "read_checkpoints"]
+__all__ = ["CHECKPOINT_READ_TIMEOUT_S", "CheckpointReadCutError", "Checkpoints", "read_checkpoints"]
 
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_READ_TIMEOUT_S = 30.0
-"""The longest a restore waits for one partition's watermarks, and for reading all of them."""
+"""The longest a restore waits for the checkpoints of all the partitions it reads."""
+
+WATERMARK_TRY_S = 1.0
+"""One try at a partition's watermarks: short, so that a shutdown is seen within it."""
 
 Checkpoints = dict[int, list[SessionCheckpoint | PartitionCheckpoint]]
 """Partition → the latest checkpoint of every key still in it (tombstoned keys left out)."""
+
+
+class CheckpointReadCutError(InfrastructureError):
+    """The read was given up because the worker is stopping: nothing was read."""
 
 
 def read_checkpoints(
@@ -36,6 +44,7 @@ def read_checkpoints(
     worker_id: str,
     progressed: Callable[[], None] = lambda: None,
     timeout_s: float = CHECKPOINT_READ_TIMEOUT_S,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Checkpoints:
     """The latest checkpoint of every key in these partitions of ``topic``.
 
@@ -45,24 +54,29 @@ def read_checkpoints(
     it is aborted (``transaction.timeout.ms``), which is what makes the read safe. Malformed
     records are logged and skipped. ``progressed`` is called whenever a Kafka call returns (the
     worker's liveness). Raises InfrastructureError when the watermarks cannot be read, or the
-    end is not reached within ``timeout_s``.
+    end is not reached within ``timeout_s``; CheckpointReadCutError, within about a second, once
+    ``stopping()`` (asked as the read goes) is true: partitions restored for a worker that is
+    leaving would only be handed over again, and the read must not hold up its shutdown bound.
     """
     if not partitions:
         return {}
     reader = new_consumer(checkpoint_reader_config(kafka, worker_id))
     latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
+    timeout_at = time.monotonic() + timeout_s
+
+    def time_left_s() -> float:
+        """Until the read's timeout; CheckpointReadCutError once the worker is stopping."""
+        if stopping():
+            raise CheckpointReadCutError(
+                f"checkpoint read of partition(s) {sorted(partitions)} cut short by shutdown"
+            )
+        return timeout_at - time.monotonic()
+
     try:
         ends: dict[int, int] = {}
         starts = []
         for partition in partitions:
-            try:
-                low, high = reader.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout_s
-                )
-            except KafkaException as error:
-                raise InfrastructureError(
-                    f"cannot read the checkpoints of partition {partition}: {error}"
-                ) from None
+            low, high = _watermarks(reader, TopicPartition(topic, partition), time_left_s)
             progressed()
             if high > low:
                 ends[partition] = high
@@ -70,8 +84,7 @@ def read_checkpoints(
         if not starts:
             return {}
         reader.assign(starts)
-        deadline = time.monotonic() + timeout_s
-        while ends and time.monotonic() < deadline:
+        while ends and time_left_s() > 0:
             for record in reader.consume(num_messages=1000, timeout=0.2):
                 key, value = record.key(), record.value()
                 if record.error() is not None or key is None:
@@ -97,3 +110,19 @@ def read_checkpoints(
     finally:
         reader.close()
     return {partition: list(found.values()) for partition, found in latest.items()}
+
+
+def _watermarks(reader: Any, tp: TopicPartition, time_left_s: Callable[[], float]) -> Any:
+    """``(low, high)`` of one partition, in tries of at most ``WATERMARK_TRY_S`` repeated while
+    they time out and ``time_left_s()`` is positive (which raises once the worker stops)."""
+    while True:
+        try:
+            return reader.get_watermark_offsets(
+                tp, timeout=max(0.01, min(WATERMARK_TRY_S, time_left_s()))
+            )
+        except KafkaException as error:
+            timed_out = error.args[0].code() == KafkaError._TIMED_OUT
+            if not timed_out or time_left_s() <= 0:
+                raise InfrastructureError(
+                    f"cannot read the checkpoints of partition {tp.partition}: {error}"
+                ) from None

@@ -71,7 +71,7 @@ from pipeline.contracts.messages import (
 )
 from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
 from pipeline.hotwords.model import Scope
-from pipeline.runtime.checkpoint_reader import Checkpoints, read_checkpoints
+from pipeline.runtime.checkpoint_reader import CheckpointReadCutError, Checkpoints, read_checkpoints
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     consumer_config,
@@ -891,9 +891,16 @@ class AsrWorker:
     def _rewind(self) -> None:
         """Forget every owned session, rebuild from checkpoints, seek to the committed offsets."""
         partitions = list(self._book.partitions)
-        self._forget(partitions)
-        self._restore(partitions)
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        self._forget(partitions)
+        try:
+            self._restore(partitions)
+        except CheckpointReadCutError as cut:
+            # Stopping: nothing of these partitions is owned any more, so the leave commits
+            # none of their offsets; they stay paused until it, and the next owner replays.
+            logger.warning("%s; leaving them to the next owner", cut)
+            self._consumer.pause([TopicPartition(topic, p) for p in partitions])
+            return
         committed: list[TopicPartition] = []
 
         def read_committed_offsets() -> None:
@@ -960,7 +967,14 @@ class AsrWorker:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
-        self._restore(numbers)
+        try:
+            self._restore(numbers)
+        except CheckpointReadCutError as cut:
+            # A shutdown began during the read: the partitions stay paused, unowned and
+            # uncommitted until the leave hands them on (their next owner restores them).
+            logger.warning("%s; leaving them to the next owner", cut)
+            consumer.pause(partitions)
+            return
         if numbers:
             self._assigned_at = time.monotonic()
             self._catch_up_partitions = frozenset(numbers)
@@ -1092,6 +1106,7 @@ class AsrWorker:
             partitions,
             worker_id=self.worker_id,
             progressed=self._progressed,
+            stopping=lambda: self._shutdown_deadline is not None,
         )
 
 

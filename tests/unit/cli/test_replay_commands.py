@@ -116,6 +116,25 @@ def test_compare_gate_from_the_environment(
     assert main(["compare", str(base), str(worse)]) == 1
 
 
+def test_a_compare_that_crashes_is_not_taken_for_a_regression(
+    runs: tuple[Path, Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A CI gate reads exit 1 as "the candidate is worse": a bug must exit otherwise (70)."""
+    base, worse, _ = runs
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in the comparison")
+
+    monkeypatch.setattr("pipeline.cli.compare.compare_runs", crash)
+    assert main(["compare", str(base), str(worse), "--max-wer-increase", "0"]) == 70
+    err = capsys.readouterr().err
+    assert "Traceback" in err
+    assert "RuntimeError: a bug in the comparison" in err
+    assert err.rstrip().endswith("internal error in 'compare' (a bug; the traceback is above)")
+
+
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
@@ -266,7 +285,7 @@ def test_replay_writes_its_results_through_the_one_temporary_file_it_made_first(
         (["--step-ms", "0"], None, 2),  # a user mistake found after --output was opened
         ([], InfrastructureError("cannot read offsets of audio.chunks: down"), 1),
         ([], KeyboardInterrupt(), 130),
-        ([], RuntimeError("a bug"), None),
+        ([], RuntimeError("a bug"), 70),
     ],
     ids=["config-error", "kafka-down", "interrupted", "exception"],
 )
@@ -275,7 +294,7 @@ def test_a_failing_replay_leaves_the_results_as_they_were_and_no_temporary_file(
     fake_replay: _FakeReplay,
     argv: list[str],
     fail: BaseException | None,
-    status: int | None,
+    status: int,
 ) -> None:
     folder = tmp_path / "results"
     folder.mkdir()
@@ -283,11 +302,7 @@ def test_a_failing_replay_leaves_the_results_as_they_were_and_no_temporary_file(
     output.write_bytes(b"the previous run\n")
     fake_replay.source(folder, fail)
     command = [*NO_BROKER, "replay", "--calls", "c1", *argv, "--output", str(output)]
-    if status is None:
-        with pytest.raises(RuntimeError, match="a bug"):
-            main(command)
-    else:
-        assert main(command) == status
+    assert main(command) == status
     assert len(fake_replay.temporaries) == 1
     assert sorted(path.name for path in folder.iterdir()) == ["run.jsonl"]
     assert output.read_bytes() == b"the previous run\n"

@@ -10,7 +10,11 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from pipeline.asr.session import SessionKey
 from pipeline.errors import InfrastructureError
 from pipeline.runtime import checkpoint_reader
-from pipeline.runtime.checkpoint_reader import read_checkpoints
+from pipeline.runtime.checkpoint_reader import (
+    WATERMARK_TRY_S,
+    CheckpointReadCutError,
+    read_checkpoints,
+)
 from pipeline.settings import KafkaSettings
 from pipeline.worker.checkpoint import (
     PARTITION_KEY,
@@ -133,12 +137,61 @@ def test_an_end_not_reached_in_time_is_an_infrastructure_error(monkeypatch: Any)
 
 
 class _NoWatermarks(_Reader):
+    def __init__(self, log: Any, code: int = KafkaError._TIMED_OUT) -> None:
+        super().__init__(log)
+        self.code = code
+        self.timeouts: list[float] = []
+
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
-        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        self.timeouts.append(timeout)
+        raise KafkaException(KafkaError(self.code))
 
 
-def test_unreadable_watermarks_are_an_infrastructure_error(monkeypatch: Any) -> None:
+def test_watermarks_that_time_out_until_the_read_times_out_are_an_infrastructure_error(
+    monkeypatch: Any,
+) -> None:
     reader = _NoWatermarks({0: []})
     with pytest.raises(InfrastructureError, match="cannot read the checkpoints of partition 0"):
+        _read(monkeypatch, reader, [0], timeout_s=0.05)
+    assert reader.closed
+    assert reader.timeouts
+    assert max(reader.timeouts) <= WATERMARK_TRY_S
+
+
+def test_a_watermark_error_other_than_a_timeout_is_not_retried(monkeypatch: Any) -> None:
+    reader = _NoWatermarks({0: []}, KafkaError.UNKNOWN_TOPIC_OR_PART)
+    with pytest.raises(InfrastructureError, match="cannot read the checkpoints of partition 0"):
         _read(monkeypatch, reader, [0])
+    assert len(reader.timeouts) == 1
+
+
+class _StalledUntilStopped(_Stalled):
+    """The end is held back; a SIGTERM arrives during the third fetch."""
+
+    def __init__(self, log: Any) -> None:
+        super().__init__(log)
+        self.fetches = 0
+        self.stopped = False
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Record]:
+        self.fetches += 1
+        self.stopped = self.stopped or self.fetches == 3
+        return []
+
+
+def test_a_shutdown_during_the_read_cuts_it_at_the_next_fetch(monkeypatch: Any) -> None:
+    # A read waits up to 30 s for a dead worker's transaction to be aborted; the shutdown bound
+    # (10 s by default) must not wait for it.
+    reader = _StalledUntilStopped({0: [(encode_key(A), _session(A, 0))]})
+    with pytest.raises(CheckpointReadCutError, match=r"partition\(s\) \[0\] cut short by shutdown"):
+        _read(monkeypatch, reader, [0], stopping=lambda: reader.stopped)
+    assert reader.fetches == 3
+    assert reader.closed
+
+
+def test_a_shutdown_while_the_watermarks_time_out_cuts_the_read(monkeypatch: Any) -> None:
+    reader = _NoWatermarks({0: []})
+    with pytest.raises(CheckpointReadCutError):
+        _read(monkeypatch, reader, [0], stopping=lambda: len(reader.timeouts) >= 2)
+    assert len(reader.timeouts) == 2
     assert reader.closed

@@ -286,3 +286,64 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
     dead = [value for topic, _, value, _ in producer.committed if "dlq" in topic]
     assert dead  # the original record, with its reason in the headers
     assert "session_ended" in _types(producer)
+
+
+class _OffsetsProducer(_Producer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.offsets: list[TopicPartition] = []
+
+    def send_offsets_to_transaction(self, offsets: Any, *_: Any) -> None:
+        self.offsets += offsets
+
+
+class _HeldBackCheckpoints:
+    """A checkpoint reader whose end is held back (a dead owner's open transaction); ``during``
+    runs at its first fetch (a SIGTERM arriving meanwhile)."""
+
+    def __init__(self, during: Any) -> None:
+        self.during, self.fetches, self.closed = during, 0, False
+
+    def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
+        return 0, 5
+
+    def assign(self, partitions: Any) -> None:
+        pass
+
+    def consume(self, *_: Any, **__: Any) -> list[Any]:
+        self.fetches += 1
+        if self.fetches == 1:
+            self.during()
+        return []
+
+    def position(self, partitions: Any) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, 0) for tp in partitions]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_and_unread(
+    monkeypatch: Any,
+) -> None:
+    # The read may wait 30 s for a dead owner's transaction; a SIGTERM meanwhile must not wait
+    # for it, nor own, fetch or commit the partition it was restoring (the next owner does).
+    clock = ManualClock(1_000_000)
+    worker, _ = _worker(clock)
+    worker._tx = producer = _OffsetsProducer()
+    consumer = worker._consumer = _StickyPauseConsumer()
+    consumer.close = lambda: None  # type: ignore[attr-defined]
+    consumer.assigned = {0}
+    consumer.queues[1] = [_OnPartition(_chunk("c1", seq, seq), 1) for seq in range(5)]
+    reader = _HeldBackCheckpoints(during=worker.stop)
+    monkeypatch.setattr("pipeline.runtime.checkpoint_reader.new_consumer", lambda config: reader)
+    _rebalance(worker, consumer, set(), {1})
+    assert (reader.fetches, reader.closed) == (1, True)
+    assert consumer.app_paused == {1}
+    assert worker.status.assigned == {0}
+    assert set(worker._book.partitions) == {0}
+    worker._iteration()
+    assert len(consumer.queues[1]) == 5  # nothing of it fetched
+    worker._shutdown()
+    assert {tp.partition for tp in producer.offsets} <= {0}
+    assert "partitions_assigned" not in _types(producer)
