@@ -12,8 +12,10 @@ Every error the package raises on purpose derives from one root, so callers can 
     │                               (``reason``: a ``RecordRejectReason``; contracts/reading.py)
     ├── TopicPlanError         the topics file cannot be applied (e.g. lowering partitions)
     ├── InfrastructureError    Kafka / Redis unreachable or answering with an error
-    │   └── StuckCallError          a transactional Kafka call blocked past its timeout
-    │                               (runtime/transactions.py; the producer is given up)
+    │   ├── StuckCallError          a transactional Kafka call blocked past its timeout
+    │   │                           (runtime/transactions.py; the producer is given up)
+    │   └── CheckpointReadCutError  a checkpoint read given up for a shutdown
+    │                               (runtime/checkpoint_reader.py; nothing restored)
     ├── PublishError           produced records were not delivered (delivery report failed)
     └── ModelLoadError         model weights missing, unreadable or of an unknown layout
 """

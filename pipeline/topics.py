@@ -23,6 +23,7 @@ __all__ = [
     "TopicAction",
     "TopicPlan",
     "TopicSpec",
+    "checkpoint_partitions_problem",
     "load_topic_specs",
     "plan_topics",
     "topic_name",
@@ -121,7 +122,29 @@ def load_topic_specs(path: Path | None = None, prefix: str = "") -> list[TopicSp
         )
     if not specs:
         raise ConfigError(f"{source} declares no topics")
+    counts = {spec.name: spec.partitions for spec in specs}
+    audio = counts.get(topic_name(TopicRole.AUDIO_CHUNKS, prefix))
+    checkpoints = counts.get(topic_name(TopicRole.CHECKPOINTS, prefix))
+    if audio is not None and checkpoints is not None:
+        problem = checkpoint_partitions_problem(audio, checkpoints)
+        if problem is not None:
+            raise ConfigError(f"{source}: {problem}")
     return specs
+
+
+def checkpoint_partitions_problem(audio_partitions: int, checkpoint_partitions: int) -> str | None:
+    """Why ``asr.checkpoints`` cannot serve ``audio.chunks``, or None when it can.
+
+    A worker keeps the state of audio partition N in checkpoint partition N (a takeover reads
+    one partition, not the whole topic), so there must be at least as many checkpoint partitions.
+    """
+    if checkpoint_partitions >= audio_partitions:
+        return None
+    return (
+        f"{TopicRole.CHECKPOINTS} has {checkpoint_partitions} partitions but "
+        f"{TopicRole.AUDIO_CHUNKS} has {audio_partitions}: the checkpoints of audio partition N "
+        f"live in checkpoint partition N, so raise both counts together"
+    )
 
 
 def plan_topics(declared: Sequence[TopicSpec], observed: Mapping[str, ObservedTopic]) -> TopicPlan:

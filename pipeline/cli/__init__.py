@@ -5,7 +5,8 @@ non-zero without a traceback; anything else is a bug: it keeps its traceback and
 (``EX_SOFTWARE``), so that no caller mistakes a crash for an answer (``compare`` exits 1 only
 for a regression).
 
-Exit status: 0 done, 1 infrastructure failure (or ``compare``'s regression), 2 user mistake,
+Exit status: 0 done, 1 infrastructure failure (or ``compare``'s regression), 2 user mistake
+(a bad flag, setting or file, a topics file the cluster cannot follow),
 70 internal error, 130 interrupted.
 """
 
@@ -34,7 +35,7 @@ from pipeline.cli import (
     worker,
 )
 from pipeline.cli.options import add_global_options, invalid_env
-from pipeline.errors import ConfigError, StreamscribeError
+from pipeline.errors import ConfigError, StreamscribeError, TopicPlanError
 
 __all__ = ["build_parser", "main"]
 
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USER_ERROR
     try:
         result: int = args.handler(args)
-    except ConfigError as error:
+    except (ConfigError, TopicPlanError) as error:
+        # A topics file that asks the cluster for the impossible is the user's to change.
         print(f"streamscribe: error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
     except StreamscribeError as error:

@@ -97,7 +97,7 @@ from pipeline.runtime.transactions import (
     transactional,
 )
 from pipeline.settings import Settings
-from pipeline.topics import TopicRole, topic_name
+from pipeline.topics import TopicRole, checkpoint_partitions_problem, topic_name
 from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
 from pipeline.worker.book import PartitionBook
 from pipeline.worker.checkpoint import (
@@ -134,6 +134,9 @@ CATCH_UP_MAX_S = 30.0
 CATCH_UP_FIRST_FETCH_S = 1.0
 """How long empty polls right after an assignment still count as catching up (the first fetch
 from newly assigned partitions takes a moment)."""
+
+CHECKPOINT_METADATA_TIMEOUT_S = 10.0
+"""Reading the partition counts of audio.chunks and asr.checkpoints (start, raised counts)."""
 
 
 def default_worker_id() -> str:
@@ -200,6 +203,9 @@ class AsrWorker:
         # Partitions of the last assignment while their backlog is read (empty: not catching up).
         self._catch_up_partitions: frozenset[int] = frozenset()
         self._assigned_at = 0.0  # monotonic time of that assignment
+        # Partitions of asr.checkpoints when last read (None: not read): audio partition N
+        # keeps its checkpoints in partition N (``_check_checkpoint_partitions``).
+        self._checkpoint_partitions: int | None = None
         self._gpu = torch.cuda.is_available()
         self._last_gpu_sample_ms = 0
         self._consumer: Any = None
@@ -247,6 +253,7 @@ class AsrWorker:
         except KafkaException as error:
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
         self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
+        self._check_checkpoint_partitions()
         self.status.model_loaded = True
         self._progressed()
         self.status.running = True
@@ -967,6 +974,10 @@ class AsrWorker:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
+        known = self._checkpoint_partitions
+        if known is not None and numbers and max(numbers) >= known:
+            # audio.chunks was raised while running: asr.checkpoints must have been too.
+            self._check_checkpoint_partitions(audio_partitions=max(numbers) + 1)
         try:
             self._restore(numbers)
         except CheckpointReadCutError as cut:
@@ -989,6 +1000,35 @@ class AsrWorker:
             else:
                 consumer.resume(partitions)
         self._count_paused_partitions()
+
+    def _check_checkpoint_partitions(self, audio_partitions: int | None = None) -> None:
+        """Refuse to run on a cluster where ``asr.checkpoints`` has fewer partitions than
+        ``audio.chunks`` (``topics.checkpoint_partitions_problem``): the checkpoints of the
+        partitions beyond it could not be written, and a takeover would find none. A topic
+        not there yet is not checked (the consumer waits for it).
+
+        Raises:
+            InfrastructureError: the counts do not pair, or the metadata cannot be read.
+        """
+        names = {
+            role: self._topics[role] for role in (TopicRole.AUDIO_CHUNKS, TopicRole.CHECKPOINTS)
+        }
+        try:
+            metadata = self._consumer.list_topics(timeout=CHECKPOINT_METADATA_TIMEOUT_S)
+        except KafkaException as error:
+            raise InfrastructureError(f"cannot read the topics' metadata: {error}") from None
+        counts = {
+            role: len(metadata.topics[name].partitions)
+            for role, name in names.items()
+            if name in metadata.topics and metadata.topics[name].error is None
+        }
+        if TopicRole.CHECKPOINTS not in counts:
+            return
+        self._checkpoint_partitions = counts[TopicRole.CHECKPOINTS]
+        audio = max(counts.get(TopicRole.AUDIO_CHUNKS, 0), audio_partitions or 0)
+        problem = checkpoint_partitions_problem(audio, self._checkpoint_partitions)
+        if problem is not None:
+            raise InfrastructureError(f"{problem} (streamscribe topics apply)")
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]

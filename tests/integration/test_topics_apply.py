@@ -98,7 +98,7 @@ def test_cli_refusal_is_one_clear_line(
 ) -> None:
     lowered = tmp_path / "topics.toml"
     lowered.write_text('[topics."audio.chunks"]\npartitions = 2\n')
-    assert main(_cli(topics, "topics", "apply", "--file", str(lowered))) == 1
+    assert main(_cli(topics, "topics", "apply", "--file", str(lowered))) == 2  # the file's to fix
     err = capsys.readouterr().err
     assert err.startswith("streamscribe: error:")
     assert "cannot lower" in err

@@ -4,6 +4,7 @@ chunks, call and session limits), hotword lists from the real Redis, metrics, an
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from pipeline.contracts.audio_chunk import Header
+from pipeline.runtime.admin import TopicAdmin
+from pipeline.topics import load_topic_specs
 from tests.conftest import validate
 from tests.integration.worker_harness import (
     REPO,
@@ -922,3 +925,26 @@ def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
         assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
     finally:
         worker.stop_quietly()
+
+
+def test_a_worker_refuses_a_cluster_whose_checkpoint_topic_has_fewer_partitions(
+    kafka_settings: Any, tmp_path: Path
+) -> None:
+    # Audio partition N checkpoints into partition N: with asr.checkpoints at 2 of 12, the
+    # sessions of partitions 2..11 could never be checkpointed, nor restored by a takeover.
+    specs = [
+        dataclasses.replace(spec, partitions=2) if spec.name.endswith("asr.checkpoints") else spec
+        for spec in load_topic_specs(prefix=kafka_settings.topic_prefix)
+    ]
+    admin = TopicAdmin(kafka_settings)
+    admin.apply(specs)
+    worker = _worker(kafka_settings, f"{kafka_settings.topic_prefix}asr", "w-pairs", tmp_path)
+    try:
+        assert worker.process is not None
+        worker.process.wait(180)
+    finally:
+        worker.stop_quietly()
+        admin.delete([spec.name for spec in specs])
+    assert worker.process.returncode == 1, worker.log()
+    assert "asr.checkpoints has 2 partitions but" in worker.log(), worker.log()
+    assert "audio.chunks has 12" in worker.log(), worker.log()

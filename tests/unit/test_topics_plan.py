@@ -65,3 +65,23 @@ def test_malformed_topics_file_is_a_config_error(tmp_path: Path) -> None:
         load_topic_specs(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_topic_specs(tmp_path / "missing.toml")
+
+
+@pytest.mark.parametrize(("audio", "checkpoints", "refused"), [(24, 12, True), (12, 12, False)])
+def test_a_file_that_raises_audio_chunks_past_asr_checkpoints_is_refused(
+    tmp_path: Path, audio: int, checkpoints: int, refused: bool
+) -> None:
+    # Audio partition N keeps its checkpoints in checkpoint partition N: raising only
+    # audio.chunks leaves the new partitions' sessions without a place to checkpoint.
+    raised = tmp_path / "topics.toml"
+    raised.write_text(
+        f'[topics."audio.chunks"]\npartitions = {audio}\n'
+        f'[topics."asr.checkpoints"]\npartitions = {checkpoints}\n'
+    )
+    if refused:
+        with pytest.raises(
+            ConfigError, match=r"asr.checkpoints has 12 partitions but audio.chunks has 24"
+        ):
+            load_topic_specs(raised, prefix="staging.")
+    else:
+        assert len(load_topic_specs(raised, prefix="staging.")) == 2

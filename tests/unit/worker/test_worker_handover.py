@@ -4,6 +4,7 @@ fake Kafka clients of ``test_worker_loop``: what a new owner repeats, refuses an
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ from pipeline.asr.recognizer import Recognition
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
+from pipeline.errors import InfrastructureError
 from pipeline.runtime.worker import AsrWorker
 from tests.unit.worker.test_worker_loop import (
     _chunk,
@@ -347,3 +349,38 @@ def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_a
     worker._shutdown()
     assert {tp.partition for tp in producer.offsets} <= {0}
     assert "partitions_assigned" not in _types(producer)
+
+
+def _metadata(**partitions: int) -> Any:
+    return SimpleNamespace(
+        topics={
+            name.replace("_", "."): SimpleNamespace(partitions=dict.fromkeys(range(n)), error=None)
+            for name, n in partitions.items()
+        }
+    )
+
+
+def test_a_worker_refuses_to_start_when_asr_checkpoints_has_fewer_partitions() -> None:
+    worker, _ = _worker(ManualClock(1_000_000))
+    worker._consumer.list_topics = lambda **_: _metadata(audio_chunks=24, asr_checkpoints=12)  # type: ignore[attr-defined]
+    with pytest.raises(InfrastructureError, match=r"asr\.checkpoints has 12 partitions but audio"):
+        worker._check_checkpoint_partitions()
+    worker._consumer.list_topics = lambda **_: _metadata(audio_chunks=12, asr_checkpoints=12)  # type: ignore[attr-defined]
+    worker._check_checkpoint_partitions()
+
+
+def test_a_partition_beyond_the_checkpoint_partitions_stops_the_worker_before_it_is_owned() -> None:
+    # audio.chunks raised to 16 while running, asr.checkpoints left at 12: partition 13 could
+    # never be checkpointed (nor restored by a takeover).
+    worker, _ = _worker(ManualClock(1_000_000))
+    consumer = worker._consumer = _StickyPauseConsumer()
+    consumer.list_topics = lambda **_: _metadata(audio_chunks=12, asr_checkpoints=12)  # type: ignore[attr-defined]
+    worker._check_checkpoint_partitions()
+    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    consumer.list_topics = lambda **_: _metadata(audio_chunks=16, asr_checkpoints=12)  # type: ignore[attr-defined]
+    with pytest.raises(InfrastructureError, match=r"has 12 partitions but audio\.chunks has 16"):
+        worker._on_assign(consumer, [TopicPartition("audio.chunks", 13)])
+    assert 13 not in worker._book.partitions
+    consumer.list_topics = lambda **_: _metadata(audio_chunks=16, asr_checkpoints=16)  # type: ignore[attr-defined]
+    worker._on_assign(consumer, [TopicPartition("audio.chunks", 13)])  # raised together: fine
+    assert 13 in worker._book.partitions
