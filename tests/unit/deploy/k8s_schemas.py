@@ -145,7 +145,15 @@ POD_SPEC = strict(
             name=NAME,
             emptyDir={"type": "object"},
             configMap=strict(["name"], name=NAME),
-            secret=strict(["secretName"], secretName=NAME),
+            secret=strict(
+                ["secretName"],
+                secretName=NAME,
+                items={
+                    "type": "array",
+                    "minItems": 1,
+                    "items": strict(["key", "path"], key=STRING, path=STRING),
+                },
+            ),
         ),
     },
 )
@@ -300,25 +308,43 @@ JSON_PATCH_OP = strict(
     path={"type": "string", "pattern": "^/"},
     value={},
 )
+JSON_PATCH_OP["if"] = {"properties": {"op": {"enum": ["add", "replace"]}}}
+JSON_PATCH_OP["then"] = {"required": ["value"]}
+PATCHES = {
+    "type": "array",
+    "items": {
+        # Inline (patch) or in a file of the folder (path), never both.
+        **strict(
+            ["target"],
+            target=strict(["kind", "name"], group=STRING, version=STRING, kind=STRING, name=NAME),
+            patch=STRING,
+            path={"type": "string", "pattern": r"^[a-z0-9-]+\.yaml$"},
+        ),
+        "oneOf": [{"required": ["patch"]}, {"required": ["path"]}],
+    },
+}
+PATHS: Schema = {"type": "array", "minItems": 1, "items": STRING}
 KUSTOMIZATION = strict(
     ["apiVersion", "kind", "resources"],
     apiVersion={"const": "kustomize.config.k8s.io/v1beta1"},
     kind={"const": "Kustomization"},
     namespace=NAME,
-    resources={"type": "array", "minItems": 1, "items": STRING},
+    resources=PATHS,
+    components=PATHS,
     labels={"type": "array", "items": {"type": "object"}},
     images={
         "type": "array",
         "items": strict(["name"], name=STRING, newName=STRING, newTag=STRING),
     },
-    patches={
-        "type": "array",
-        "items": strict(
-            ["target", "patch"],
-            target=strict(["kind", "name"], group=STRING, version=STRING, kind=STRING, name=NAME),
-            patch=STRING,
-        ),
-    },
+    patches=PATCHES,
+)
+# A kustomize component: resources and patches an overlay opts into with `components:`.
+COMPONENT = strict(
+    ["apiVersion", "kind"],
+    apiVersion={"const": "kustomize.config.k8s.io/v1alpha1"},
+    kind={"const": "Component"},
+    resources=PATHS,
+    patches=PATCHES,
 )
 
 SCHEMAS: dict[tuple[str, str], Schema] = {
@@ -333,4 +359,5 @@ SCHEMAS: dict[tuple[str, str], Schema] = {
     ("keda.sh/v1alpha1", "TriggerAuthentication"): TRIGGER_AUTHENTICATION,
     ("monitoring.coreos.com/v1", "PodMonitor"): POD_MONITOR,
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"): KUSTOMIZATION,
+    ("kustomize.config.k8s.io/v1alpha1", "Component"): COMPONENT,
 }

@@ -4,6 +4,7 @@ and with the code (ports, settings, topic, consumer group, probes)."""
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,31 +12,40 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
-from pipeline.settings import MetricsSettings, QaSettings, describe_settings
+from pipeline.settings import MetricsSettings, QaSettings, describe_settings, load_settings
 from pipeline.topics import load_topic_specs
 from tests.conftest import REPO
 from tests.unit.deploy.k8s_schemas import DEPLOYMENT, SCHEMAS
+from tests.unit.deploy.kustomize import documents, kustomization, patch_files, render
 
 K8S = REPO / "deploy" / "k8s"
-MANIFESTS = sorted(K8S.rglob("*.yaml"))
+PATCH_FILES = patch_files(K8S)
+MANIFESTS = sorted(path for path in K8S.rglob("*.yaml") if path.resolve() not in PATCH_FILES)
+KUSTOMIZATIONS = sorted(path.parent for path in K8S.rglob("kustomization.yaml"))
+KAFKA_TLS = K8S / "components" / "kafka-tls"
 CONSUMER_GROUP = "streamscribe-asr"
 SETTING_ENVS = {row.env for row in describe_settings()}
 
 Manifest = dict[str, Any]
 
 
-def _documents(path: Path) -> list[Manifest]:
-    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
-
-
 def _base() -> dict[str, Manifest]:
     """The base's objects by ``Kind/name``, in the order kustomization.yaml lists them."""
-    kustomization = yaml.safe_load((K8S / "base" / "kustomization.yaml").read_text())
-    objects = {}
-    for resource in kustomization["resources"]:
-        for doc in _documents(K8S / "base" / resource):
-            objects[f"{doc['kind']}/{doc['metadata']['name']}"] = doc
-    return objects
+    return render(K8S / "base")
+
+
+def _with_components(folder: Path, resource: Path, *components: Path) -> dict[str, Manifest]:
+    """What an overlay of ``resource`` listing ``components`` renders, written in ``folder``
+    as an operator would write it."""
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(resource, folder)],
+        "components": [os.path.relpath(component, folder) for component in components],
+    }
+    Draft202012Validator(SCHEMAS[(overlay["apiVersion"], overlay["kind"])]).validate(overlay)
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    return render(folder)
 
 
 def _container(deployment: Manifest) -> Manifest:
@@ -43,34 +53,48 @@ def _container(deployment: Manifest) -> Manifest:
     return container
 
 
-def _json_patch(document: Manifest, operations: list[Manifest]) -> Manifest:
-    """RFC 6902 add / remove / replace on object members (all that our overlays use)."""
-    patched = copy.deepcopy(document)
-    for operation in operations:
-        *parents, leaf = [
-            part.replace("~1", "/").replace("~0", "~") for part in operation["path"][1:].split("/")
-        ]
-        node = patched
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if operation["op"] == "remove":
-            del node[leaf]
-        elif operation["op"] == "replace":
-            assert leaf in node, f"replace of a missing path {operation['path']}"
-            node[leaf] = operation["value"]
-        else:
-            node[leaf] = operation["value"]
-    return patched
+def _validate(document: Manifest) -> None:
+    key = (document.get("apiVersion"), document.get("kind"))
+    assert key in SCHEMAS, f"no schema for {key}"
+    Draft202012Validator(SCHEMAS[key]).validate(document)
+
+
+def _kafka_clients(objects: dict[str, Manifest]) -> set[str]:
+    """The workloads that reach Kafka: those reading the settings ConfigMap."""
+    settings = {"configMapRef": {"name": "streamscribe-settings"}}
+    return {
+        key
+        for key, document in objects.items()
+        if document["kind"] in ("Deployment", "Job")
+        and settings in _container(document).get("envFrom", [])
+    }
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: str(path.relative_to(K8S)))
 def test_every_manifest_validates_against_its_kind(path: Path) -> None:
-    documents = _documents(path)
-    assert documents
-    for document in documents:
-        key = (document.get("apiVersion"), document.get("kind"))
-        assert key in SCHEMAS, f"{path.name}: no schema for {key}"
-        Draft202012Validator(SCHEMAS[key]).validate(document)
+    found = documents(path)
+    assert found
+    for document in found:
+        _validate(document)
+
+
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=lambda path: str(path.relative_to(K8S)))
+def test_every_kustomization_renders_and_what_it_makes_validates(
+    folder: Path, tmp_path: Path
+) -> None:
+    # Rendering checks every patch: JSON patch operations on places that exist, on a target
+    # that exists. A component renders in an overlay of the base, as it is meant to be used.
+    import kubernetes_validate
+
+    if kustomization(folder)["kind"] == "Component":
+        objects = _with_components(tmp_path, K8S / "base", folder)
+    else:
+        objects = render(folder)
+    assert objects
+    for document in objects.values():
+        _validate(document)
+        if "." not in document["apiVersion"].split("/")[0]:  # built-in kinds
+            kubernetes_validate.validate(document, "1.30.0", strict=True)
 
 
 def test_the_schemas_refuse_a_misspelt_field() -> None:
@@ -81,13 +105,17 @@ def test_the_schemas_refuse_a_misspelt_field() -> None:
 
 
 def test_every_kustomization_lists_existing_files_and_no_file_is_left_out() -> None:
-    for kustomization_path in K8S.rglob("kustomization.yaml"):
-        folder = kustomization_path.parent
-        listed = yaml.safe_load(kustomization_path.read_text())["resources"]
-        for resource in listed:
-            assert (folder / resource).exists(), f"{kustomization_path}: {resource}"
+    for folder in KUSTOMIZATIONS:
+        spec = kustomization(folder)
+        listed = [
+            *spec.get("resources", []),
+            *spec.get("components", []),
+            *(patch["path"] for patch in spec.get("patches", []) if "path" in patch),
+        ]
+        for entry in listed:
+            assert (folder / entry).exists(), f"{folder}: {entry}"
         files = {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml"}
-        assert files <= set(listed), f"{folder} has manifests kustomize never applies"
+        assert files <= set(listed), f"{folder} has files kustomize never reads"
 
 
 def test_worker_requests_a_gpu_and_probes_healthz_and_readyz_on_the_metrics_port() -> None:
@@ -119,17 +147,70 @@ def test_the_topics_are_created_by_a_job_with_the_workers_settings() -> None:
 
 
 def test_mig_overlay_swaps_the_whole_gpu_for_a_slice() -> None:
-    overlay = yaml.safe_load((K8S / "overlays/mig-1g.10gb/kustomization.yaml").read_text())
+    overlay = kustomization(K8S / "overlays/mig-1g.10gb")
     assert overlay["resources"] == ["../../base"]
-    (patch,) = overlay["patches"]
-    assert patch["target"]["kind"] == "Deployment"
-    worker = _base()[f"Deployment/{patch['target']['name']}"]
-    patched = _json_patch(worker, yaml.safe_load(patch["patch"]))
-    Draft202012Validator(DEPLOYMENT).validate(patched)
-    resources = _container(patched)["resources"]
+    patched = render(K8S / "overlays/mig-1g.10gb")["Deployment/streamscribe-worker"]
+    container = _container(patched)
     for side in ("requests", "limits"):
-        assert "nvidia.com/gpu" not in resources[side]
-        assert resources[side]["nvidia.com/mig-1g.10gb"] == 1
+        assert "nvidia.com/gpu" not in container["resources"][side]
+        assert container["resources"][side]["nvidia.com/mig-1g.10gb"] == 1
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["STREAMSCRIBE_TORCH_THREADS"] == container["resources"]["requests"]["cpu"]
+
+
+def test_kafka_tls_gives_every_kafka_client_and_keda_the_same_ca(tmp_path: Path) -> None:
+    base = _base()
+    objects = _with_components(tmp_path, K8S / "base", KAFKA_TLS)
+    clients = _kafka_clients(objects)
+    assert clients == {
+        "Deployment/streamscribe-worker",
+        "Deployment/streamscribe-qa",
+        "Job/streamscribe-topics",
+    }
+    scaled = objects["ScaledObject/streamscribe-worker"]["spec"]
+    (trigger,) = scaled["triggers"]
+    auth_key = f"TriggerAuthentication/{trigger['authenticationRef']['name']}"
+    changed = {key for key, document in objects.items() if document != base.get(key)}
+    assert changed == clients | {auth_key}, "the component touches only what reaches Kafka"
+
+    refs = {ref["parameter"]: ref for ref in objects[auth_key]["spec"]["secretTargetRef"]}
+    secret = objects["Secret/streamscribe-kafka"]["stringData"]
+    assert secret[refs["tls"]["key"]] == "enable"
+    ca_secret, ca_key = refs["ca"]["name"], refs["ca"]["key"]
+    assert ca_secret != "streamscribe-kafka", "the CA is not a credential: a Secret of its own"
+    settings = objects["ConfigMap/streamscribe-settings"]["data"]
+    for key in sorted(clients):
+        pod = objects[key]["spec"]["template"]["spec"]
+        container = _container(objects[key])
+        (volume,) = [
+            v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == ca_secret
+        ]
+        (item,) = volume["secret"]["items"]
+        assert item["key"] == ca_key, key
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        assert mount["readOnly"] is True
+        env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+        client = load_settings(path="", env={**settings, **env}).kafka.client
+        assert client["ssl.ca.location"] == f"{mount['mountPath']}/{item['path']}", key
+        assert client["security.protocol"] in ("SSL", "SASL_SSL"), key
+
+
+def test_kafka_tls_composes_with_the_mig_overlay(tmp_path: Path) -> None:
+    # The MIG patch addresses the worker's env by index; the component appends after it.
+    mig = render(K8S / "overlays/mig-1g.10gb")["Deployment/streamscribe-worker"]
+    objects = _with_components(tmp_path, K8S / "overlays/mig-1g.10gb", KAFKA_TLS)
+    env = _container(objects["Deployment/streamscribe-worker"])["env"]
+    assert env[: len(_container(mig)["env"])] == _container(mig)["env"]
+    assert env[-1]["name"] == "STREAMSCRIBE_LIBRDKAFKA_SSL_CA_LOCATION"
+
+
+def test_the_kafka_tls_docs_create_the_secret_the_component_reads(tmp_path: Path) -> None:
+    objects = _with_components(tmp_path, K8S / "base", KAFKA_TLS)
+    refs = objects["TriggerAuthentication/streamscribe-kafka"]["spec"]["secretTargetRef"]
+    (ca,) = [ref for ref in refs if ref["parameter"] == "ca"]
+    command = f"create secret generic {ca['name']} --from-file={ca['key']}="
+    assert command in (REPO / "docs" / "operations.md").read_text()
+    assert command in (KAFKA_TLS / "kustomization.yaml").read_text()
 
 
 def test_pdb_and_scaledobject_target_the_worker() -> None:
@@ -197,7 +278,7 @@ def test_qa_service_reaches_the_qa_pods() -> None:
 
 
 def test_pod_monitors_give_the_job_names_the_alerts_select() -> None:
-    monitors = _documents(K8S / "monitoring" / "podmonitors.yaml")
+    monitors = documents(K8S / "monitoring" / "podmonitors.yaml")
     base = _base()
     for monitor in monitors:
         app = monitor["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
@@ -216,7 +297,7 @@ def test_built_in_kinds_validate_against_the_upstream_kubernetes_schemas() -> No
 
     checked = 0
     for path in MANIFESTS:
-        for document in _documents(path):
+        for document in documents(path):
             if "." in document["apiVersion"].split("/")[0]:
                 continue  # CRDs (KEDA, Prometheus Operator) and kustomize: not in upstream
             kubernetes_validate.validate(document, "1.30.0", strict=True)
