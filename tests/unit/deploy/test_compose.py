@@ -10,7 +10,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from pipeline.cli import build_parser
-from pipeline.settings import MetricsSettings, describe_settings
+from pipeline.settings import DEVICE_PATTERN, MetricsSettings, describe_settings
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"
@@ -96,6 +96,18 @@ def _services() -> dict[str, dict[str, Any]]:
     return services
 
 
+def _merged(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """What Compose makes of ``base`` under an override file, for what ours use: mappings
+    merge key by key, the override's other values replace the base's."""
+    merged = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            merged[key] = _merged(base[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def _subcommands() -> set[str]:
     parser = build_parser()
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -134,7 +146,7 @@ def test_streamscribe_services_use_known_settings_and_subcommands() -> None:
     known_envs = {row.env for row in describe_settings()}
     subcommands = _subcommands() | PLANNED_SUBCOMMANDS
     ours = {n: s for n, s in _services().items() if s["image"].startswith("streamscribe:")}
-    assert {"topics", "worker", "worker-gpu", "qa"} <= set(ours)
+    assert {"topics", "worker", "qa"} <= set(ours)
     for name, service in ours.items():
         assert service["command"][0] in subcommands, name
         for env in service["environment"]:
@@ -149,8 +161,7 @@ def test_workers_report_readiness_and_are_scraped() -> None:
     assert f"127.0.0.1:{port}/readyz" in " ".join(services["worker"]["healthcheck"]["test"])
     qa_port = services["qa"]["environment"]["STREAMSCRIBE_QA_WEB_PORT"]
     assert f"127.0.0.1:{qa_port}/readyz" in " ".join(services["qa"]["healthcheck"]["test"])
-    aliases = services["worker-gpu"]["networks"]["default"]["aliases"]
-    assert aliases == services["worker"]["networks"]["default"]["aliases"]
+    aliases = services["worker"]["networks"]["default"]["aliases"]
     scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
     (dns,) = jobs["streamscribe-worker"]["dns_sd_configs"]
@@ -158,10 +169,30 @@ def test_workers_report_readiness_and_are_scraped() -> None:
     assert dns["port"] == int(port)
     qa_target = jobs["streamscribe-qa"]["static_configs"][0]["targets"][0]
     assert qa_target == f"qa:{services['qa']['environment']['STREAMSCRIBE_QA_WEB_PORT']}"
-    gpu = services["worker-gpu"]
-    assert gpu["profiles"] == ["gpu"]
+
+
+def test_one_service_makes_up_the_consumer_group_on_one_named_device() -> None:
+    # CUDA decodes float16, the CPU float32: two worker services in one group would decode a
+    # call at either precision, depending on who owns its partition, switching at a rebalance.
+    services = _services()
+    assert [name for name, s in services.items() if s.get("command") == ["worker"]] == ["worker"]
+    device = services["worker"]["environment"]["STREAMSCRIBE_DEVICE"]
+    assert device == "cpu"  # not auto: a container that happens to see a GPU would use it
+
+
+def test_the_gpu_file_moves_every_worker_to_the_gpu() -> None:
+    override = yaml.safe_load((DEPLOY / "compose.gpu.yaml").read_text())
+    assert set(override) == {"services"}
+    assert set(override["services"]) == {"worker"}, "it changes the workers and adds none"
+    cpu = _services()["worker"]
+    gpu = _merged(cpu, override["services"]["worker"])
+    Draft202012Validator(SERVICE_SCHEMA).validate(gpu)
+    assert gpu["environment"] == {**cpu["environment"], "STREAMSCRIBE_DEVICE": "cuda"}
+    assert re.fullmatch(DEVICE_PATTERN, gpu["environment"]["STREAMSCRIBE_DEVICE"])
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
+    assert device["driver"] == "nvidia"
     assert device["capabilities"] == ["gpu"]
+    assert gpu["networks"] == cpu["networks"]  # still scraped
 
 
 def test_monitoring_mounts_match_their_configs() -> None:
