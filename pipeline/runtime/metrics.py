@@ -293,7 +293,9 @@ MODEL_INFO = MetricSpec(
     MetricType.INFO,
     (
         LabelSpec("model_id", doc="the loaded model (one per process)"),
-        LabelSpec("device", doc="`cpu` or `cuda:N`"),
+        LabelSpec(
+            "device", doc="`cpu`, `cuda` or `cuda:N` (`STREAMSCRIBE_DEVICE`, `auto` resolved)"
+        ),
         LabelSpec("dtype", doc="`float32`, `float16` or `int8` (weights)"),
     ),
     "The recognizer model this process serves (value always 1).",
