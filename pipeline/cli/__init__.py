@@ -7,7 +7,8 @@ for a regression).
 
 Exit status: 0 done, 1 infrastructure failure (or ``compare``'s regression), 2 user mistake
 (a bad flag, setting or file, a topics file the cluster cannot follow),
-70 internal error, 130 interrupted.
+70 internal error, 130 interrupted. librdkafka's own lines before the error line are logged with
+repeats suppressed (``pipeline.runtime.client_logs``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pipeline.cli import (
 )
 from pipeline.cli.options import add_global_options, invalid_env
 from pipeline.errors import ConfigError, StreamscribeError, TopicPlanError
+from pipeline.runtime.client_logs import report_suppressed
 
 __all__ = ["build_parser", "main"]
 
@@ -80,7 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"streamscribe: error: {unusable.message()}", file=sys.stderr)
         return EXIT_USER_ERROR
     try:
-        result: int = args.handler(args)
+        try:
+            result: int = args.handler(args)
+        finally:
+            report_suppressed()  # before the command's own error line, which stays the last
     except (ConfigError, TopicPlanError) as error:
         # A topics file that asks the cluster for the impossible is the user's to change.
         print(f"streamscribe: error: {error}", file=sys.stderr)

@@ -190,6 +190,7 @@ class ShadowSink:
         try:
             metadata = self._producer.list_topics(timeout=METADATA_TIMEOUT_S)
         except KafkaException as error:
+            self._producer.poll(0)  # its librdkafka lines (why) show before the error
             raise _kafka_error("cannot read topic metadata", error) from None
         missing = [t for t in (self.finals_topic, self.events_topic) if t not in metadata.topics]
         if missing:

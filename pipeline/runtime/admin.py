@@ -19,6 +19,7 @@ from confluent_kafka.admin import (
 )
 
 from pipeline.errors import ConfigError, InfrastructureError, TopicPlanError
+from pipeline.runtime.kafka import with_client_logs
 from pipeline.settings import KafkaSettings
 from pipeline.topics import ActionKind, ObservedTopic, TopicAction, TopicSpec, plan_topics
 
@@ -41,14 +42,15 @@ def admin_config(settings: KafkaSettings) -> dict[str, str]:
 
 
 def admin_client(settings: KafkaSettings) -> AdminClient:
-    """An ``AdminClient`` on ``admin_config(settings)``; creating one contacts no broker.
+    """An ``AdminClient`` on ``admin_config(settings)``; creating one contacts no broker. Its
+    librdkafka lines go through logging (``with_client_logs``) when its ``poll`` is called.
 
     Raises:
         ConfigError: librdkafka refuses a property or its value (an unknown
             ``STREAMSCRIBE_LIBRDKAFKA_*`` key, a mistyped ``[kafka.client]`` value).
     """
     try:
-        return AdminClient(admin_config(settings))
+        return AdminClient(with_client_logs(admin_config(settings)))
     except KafkaException as error:
         raise ConfigError(f"invalid Kafka client settings: {error.args[0].str()}") from None
 
@@ -74,6 +76,7 @@ class TopicAdmin:
             except KafkaException as error:
                 if error.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # deleted since the metadata was read: absent
+                self._serve_logs()
                 raise InfrastructureError(
                     f"Kafka refused an operation on {resource.name}: {error}"
                 ) from None
@@ -93,6 +96,13 @@ class TopicAdmin:
             raise InfrastructureError(
                 f"Kafka at {self._settings.bootstrap_servers} did not answer: {error}"
             ) from None
+        finally:
+            self._serve_logs()
+
+    def _serve_logs(self) -> None:
+        """Deliver the client's queued librdkafka lines (an admin client has no other call that
+        does): the line saying why a call failed shows before the error it raises."""
+        self._client.poll(0)
 
     def apply(self, declared: Sequence[TopicSpec]) -> ApplyReport:
         """Create missing topics, raise partitions, align declared configs; idempotent.
@@ -165,6 +175,7 @@ class TopicAdmin:
             except KafkaException as error:
                 if error.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     continue  # another `apply` won the race; the end state is the same
+                self._serve_logs()
                 raise InfrastructureError(
                     f"Kafka refused {action.describe()}: {error.args[0].str()}"
                 ) from None
@@ -173,4 +184,5 @@ class TopicAdmin:
         try:
             return future.result()
         except KafkaException as error:
+            self._serve_logs()
             raise InfrastructureError(f"Kafka refused an operation on {what}: {error}") from None

@@ -112,6 +112,8 @@ class KafkaProbe:
             metadata = self._client.list_topics(timeout=self._timeout_s)
         except KafkaException as error:
             return ReadinessCheck("kafka", False, f"{self._bootstrap}: {error}")
+        finally:
+            self._client.poll(0)  # its librdkafka log lines, queued until served
         return ReadinessCheck("kafka", True, f"{len(metadata.brokers)} broker(s)")
 
 

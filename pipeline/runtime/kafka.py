@@ -1,15 +1,19 @@
 """librdkafka configurations of the worker's clients (settings map onto librdkafka keys here),
 and ``new_consumer`` / ``new_producer``, which every command's confluent-kafka readers and
-writers are created through (a property librdkafka refuses is one ``ConfigError`` everywhere)."""
+writers are created through (a property librdkafka refuses is one ``ConfigError`` everywhere;
+librdkafka's log lines go through Python logging, repeats suppressed: ``client_logs``)."""
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from pipeline.errors import ConfigError
+from pipeline.runtime.client_logs import LOGGER
 from pipeline.settings import KafkaSettings, WorkerSettings
 
 __all__ = [
@@ -19,6 +23,7 @@ __all__ = [
     "new_producer",
     "partials_producer_config",
     "transactional_producer_config",
+    "with_client_logs",
 ]
 
 
@@ -48,9 +53,39 @@ def _new_client(
     client: Callable[[dict[str, object]], _Client], what: str, config: Mapping[str, object]
 ) -> _Client:
     try:
-        return client(dict(config))
+        return client(with_client_logs(config))
     except KafkaException as error:
         raise ConfigError(f"invalid {what} settings: {error.args[0].str()}") from None
+
+
+def with_client_logs(config: Mapping[str, object]) -> dict[str, object]:
+    """``config`` plus a ``logger`` and an ``error_cb`` that send the client's librdkafka log
+    lines and errors to ``client_logs.LOGGER`` (repeats suppressed) instead of stderr; a
+    ``logger`` or ``error_cb`` already in ``config`` is kept.
+
+    The lines are delivered when the client is served (``poll``, ``consume``, ``flush``,
+    ``close``; an ``AdminClient``'s ``poll``), on the serving thread. With librdkafka's
+    ``debug`` property set (``STREAMSCRIBE_LIBRDKAFKA_DEBUG``) there is no ``logger``:
+    librdkafka writes every line to stderr itself, stamped when it happened, as debugging wants.
+    """
+    client_id = str(config.get("client.id", "rdkafka"))
+    logs: dict[str, object] = {"error_cb": functools.partial(_log_client_error, client_id)}
+    if "debug" not in config:
+        logs["logger"] = LOGGER
+    return {**logs, **config}
+
+
+def _log_client_error(client_id: str, error: KafkaError) -> None:
+    # librdkafka logs the cause of a client error itself (a refused connection is a FAIL
+    # line too), so most would double a line: a fatal error is worth its own, and "all brokers
+    # down" (which no line says) a note.
+    if error.fatal():
+        level = logging.ERROR
+    elif error.code() == KafkaError._ALL_BROKERS_DOWN:
+        level = logging.INFO
+    else:
+        level = logging.DEBUG
+    LOGGER.log(level, "client error [%s] %s: %s", client_id, error.name(), error.str())
 
 
 def _base(kafka: KafkaSettings) -> dict[str, str | int | bool]:

@@ -251,6 +251,7 @@ class AsrWorker:
         try:
             self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
         except KafkaException as error:
+            self._tx.poll(0)  # its librdkafka lines (why: a refused connection) show first
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
         self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
         self._check_checkpoint_partitions()

@@ -25,6 +25,9 @@ class _Admin:
     def __init__(self, error: int) -> None:
         self._error = error
 
+    def poll(self, timeout: float) -> int:
+        return 0
+
     def list_topics(self, timeout: float) -> Any:
         partitions = {0: object(), 1: object()}
         topics = {"kept": SimpleNamespace(partitions=partitions), "gone": SimpleNamespace()}
@@ -75,3 +78,29 @@ def test_client_settings_librdkafka_refuses_are_a_config_error(
         admin_client(settings)
     with pytest.raises(ConfigError, match="invalid Kafka client settings"):
         TopicAdmin(settings)
+
+
+class _Unreachable:
+    """An admin client whose broker never answers; ``served`` lists what the caller did."""
+
+    def __init__(self) -> None:
+        self.served: list[str] = []
+
+    def poll(self, timeout: float) -> int:
+        self.served.append("poll")
+        return 0
+
+    def list_topics(self, timeout: float) -> Any:
+        self.served.append("list_topics")
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata"))
+
+
+def test_the_librdkafka_lines_of_a_failed_call_are_served_before_its_error() -> None:
+    # With a `logger`, an admin client's lines wait for `poll`: unserved, the line that says
+    # why (Connection refused) would never show.
+    admin = TopicAdmin(KafkaSettings(bootstrap_servers="127.0.0.1:1"))
+    client = _Unreachable()
+    admin._client = client  # type: ignore[assignment]
+    with pytest.raises(InfrastructureError, match="did not answer"):
+        admin.observe(["kept"])
+    assert client.served == ["list_topics", "poll"]
