@@ -51,6 +51,7 @@ MONO_CHANNEL = "mono"
 STEREO_CHANNELS = ("agent", "customer")
 """The channel labels of a two-channel call, in the order of a stereo file's channels."""
 SUPPORTED_SAMPLE_RATES_HZ = (8000, 16000)
+_SUPPORTED_RATE_TEXTS = frozenset(str(rate) for rate in SUPPORTED_SAMPLE_RATES_HZ)
 MAX_SEQ = 2**63 - 1
 """The largest ``ss-seq``: what a signed 64-bit integer (Java's ``long``) holds."""
 MAX_CAPTURE_MS = 253_402_300_799_999
@@ -69,7 +70,7 @@ class Header(enum.StrEnum):
     VERSION = "ss-version"
     """Contract version, decimal; this module speaks ``1``."""
     CHANNEL = "ss-channel"
-    """Channel label: ``mono``, ``agent``, ``customer`` or another ``[a-z0-9_-]`` label."""
+    """Channel label: ``mono``, ``agent``, ``customer`` or another ``[A-Za-z0-9._-]`` label."""
     SEQ = "ss-seq"
     """Per-(call, channel) sequence number, decimal, from 0, +1 per chunk."""
     SAMPLE_RATE_HZ = "ss-sample-rate-hz"
@@ -194,13 +195,27 @@ def _ascii(headers: dict[str, bytes], name: Header) -> str:
         raise ChunkRejectedError(RejectReason.BAD_HEADER_VALUE, f"{name} is not ASCII") from None
 
 
+SHOWN_VALUE_CHARS = 64
+"""How much of an offending header value a rejection's detail repeats (it goes into the dead
+letter's headers and a ``chunk_rejected`` event: a huge value must not make those too big)."""
+
+
+def _shown(text: str) -> str:
+    """``text`` as the detail of a rejection shows it: quoted, cut at ``SHOWN_VALUE_CHARS``."""
+    if len(text) <= SHOWN_VALUE_CHARS:
+        return repr(text)
+    return f"{text[:SHOWN_VALUE_CHARS]!r}… ({len(text)} characters)"
+
+
 def _decimal(headers: dict[str, bytes], name: Header, reason: RejectReason, most: int) -> int:
     text = _ascii(headers, name)
     if not text.isdigit() or len(text) > 19:
-        raise ChunkRejectedError(reason, f"{name}={text!r} is not a non-negative decimal integer")
+        raise ChunkRejectedError(
+            reason, f"{name}={_shown(text)} is not a non-negative decimal integer"
+        )
     value = int(text)
     if value > most:
-        raise ChunkRejectedError(reason, f"{name}={text!r} is above {most}")
+        raise ChunkRejectedError(reason, f"{name}={_shown(text)} is above {most}")
     return value
 
 
@@ -209,7 +224,9 @@ def _flag(headers: dict[str, bytes], name: Header) -> bool:
         return False
     text = _ascii(headers, name)
     if text not in ("0", "1"):
-        raise ChunkRejectedError(RejectReason.BAD_HEADER_VALUE, f"{name}={text!r} must be 0 or 1")
+        raise ChunkRejectedError(
+            RejectReason.BAD_HEADER_VALUE, f"{name}={_shown(text)} must be 0 or 1"
+        )
     return text == "1"
 
 
@@ -218,7 +235,7 @@ def _label(headers: dict[str, bytes], name: Header, max_bytes: int) -> str:
     if len(text) > max_bytes or not LABEL_PATTERN.fullmatch(text):
         raise ChunkRejectedError(
             RejectReason.BAD_HEADER_VALUE,
-            f"{name}={text!r} must be 1..{max_bytes} characters of [A-Za-z0-9._-]",
+            f"{name}={_shown(text)} must be 1..{max_bytes} characters of [A-Za-z0-9._-]",
         )
     return text
 
@@ -299,6 +316,8 @@ def _decode_ordinary(
         call_id = bytes(key).decode("utf-8")
     except UnicodeDecodeError:
         return None
+    if not call_id.isprintable():
+        return None
     payload = memoryview(value if value is not None else b"").cast("B")
     end_of_stream, flushes = end == b"1", flush == b"1"
     if (
@@ -349,13 +368,15 @@ def _format(found: dict[str, bytes]) -> tuple[int, Encoding]:
     if version_text != str(CONTRACT_VERSION):
         raise ChunkRejectedError(
             RejectReason.UNKNOWN_VERSION,
-            f"{Header.VERSION}={version_text!r}, this worker speaks {CONTRACT_VERSION}",
+            f"{Header.VERSION}={_shown(version_text)}, this worker speaks {CONTRACT_VERSION}",
         )
     rate_text = _ascii(found, Header.SAMPLE_RATE_HZ)
-    if not rate_text.isdigit() or int(rate_text) not in SUPPORTED_SAMPLE_RATES_HZ:
+    # Compared as text: int() of a long digit string raises ValueError (Python's 4300-digit
+    # limit), which would escape as a crash on every read of the record, not a dead letter.
+    if rate_text not in _SUPPORTED_RATE_TEXTS:
         raise ChunkRejectedError(
             RejectReason.UNSUPPORTED_SAMPLE_RATE,
-            f"{Header.SAMPLE_RATE_HZ}={rate_text!r}, supported: {SUPPORTED_SAMPLE_RATES_HZ}",
+            f"{Header.SAMPLE_RATE_HZ}={_shown(rate_text)}, supported: {SUPPORTED_SAMPLE_RATES_HZ}",
         )
     encoding_text = _ascii(found, Header.ENCODING)
     try:
@@ -364,7 +385,7 @@ def _format(found: dict[str, bytes]) -> tuple[int, Encoding]:
         supported = ", ".join(e.value for e in Encoding)
         raise ChunkRejectedError(
             RejectReason.UNSUPPORTED_ENCODING,
-            f"{Header.ENCODING}={encoding_text!r}, supported: {supported}",
+            f"{Header.ENCODING}={_shown(encoding_text)}, supported: {supported}",
         ) from None
     return int(rate_text), encoding
 
@@ -395,6 +416,12 @@ def _decode_checked(
         call_id = bytes(key).decode("utf-8")
     except UnicodeDecodeError:
         raise ChunkRejectedError(RejectReason.BAD_KEY, "call id is not valid UTF-8") from None
+    if not call_id.isprintable():
+        raise ChunkRejectedError(
+            RejectReason.BAD_KEY,
+            f"call id {_shown(call_id)} holds a control or separator character (line breaks, "
+            "tabs: ids must survive logs and the utterance_id pattern)",
+        )
 
     found = _header_map(headers)
     missing = [str(name) for name in REQUIRED_HEADERS if name not in found]

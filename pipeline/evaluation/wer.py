@@ -3,8 +3,9 @@
 Normalization (applied to reference and hypothesis alike): Unicode NFKC, case folded, hyphens
 and slashes become spaces (``two-year`` = ``two year``), apostrophes inside a word are kept
 (``that's``), a decimal point between digits is kept (``3.5`` ≠ ``35``) and a thousands comma
-dropped (``1,000`` = ``1000``), every other punctuation character is dropped (combining marks
-are part of their word: ``pipeline.text``), whitespace splits words. Numbers are not spelled
+dropped (``1,000`` = ``1000``), any other comma between digits splits them (``1,2,3`` = ``1 2 3``,
+not ``123``), every other punctuation character is dropped (combining marks are part of their
+word: ``pipeline.text``), whitespace splits words. Numbers are not spelled
 out: ``3`` ≠ ``three`` counts as an error, which the fixtures avoid by spelling numbers as words.
 
 ``WER = (substitutions + deletions + insertions) / reference words``. Counts add up, so a corpus
@@ -22,9 +23,10 @@ from pipeline.text import replace_non_word
 
 __all__ = ["WordErrors", "normalize_words", "word_error_rate", "word_errors"]
 
-_SPLITTERS = re.compile(r"[-/\u2010-\u2015]")
+_SPLITTERS = re.compile(r"[-/\u2010-\u2015\u2212]")
 _APOSTROPHES = re.compile(r"[\u2018\u2019\u02bc]")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DIGIT_COMMA = re.compile(r"(?<=\d),(?=\d)")  # what is left after the thousands commas
 _DECIMAL_POINT = re.compile(r"(?<=\d)\.(?=\d)")
 _KEPT_POINT = "\ue000"  # a private-use stand-in for a decimal point while punctuation goes
 _EDGE_APOSTROPHES = re.compile(r"(?<!\w)'|'(?!\w)")
@@ -36,6 +38,7 @@ def normalize_words(text: str) -> list[str]:
     text = _APOSTROPHES.sub("'", text)
     text = _SPLITTERS.sub(" ", text)
     text = _THOUSANDS.sub("", text)
+    text = _DIGIT_COMMA.sub(" ", text)
     text = _DECIMAL_POINT.sub(_KEPT_POINT, text)
     text = " ".join(replace_non_word(word, "", keep="'" + _KEPT_POINT) for word in text.split())
     text = _EDGE_APOSTROPHES.sub("", text).replace(_KEPT_POINT, ".")

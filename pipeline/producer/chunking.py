@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.contracts import Encoding
+from pipeline.contracts.audio_chunk import MAX_CAPTURE_MS
 from pipeline.contracts.g711 import alaw_encode, mulaw_encode
 from pipeline.errors import ConfigError, ContractError
 
@@ -161,9 +162,18 @@ class ChannelCutter:
         return self._anchor_ms + (sample - self._anchor_sample) * 1000 // self._sample_rate_hz
 
     def anchor(self, capture_ms: int) -> None:
-        """The next sample pushed was captured at ``capture_ms`` (epoch ms)."""
-        if capture_ms < 0:
-            raise ContractError(f"capture time must be epoch milliseconds >= 0, got {capture_ms}")
+        """The next sample pushed was captured at ``capture_ms`` (epoch ms).
+
+        Raises:
+            ContractError: a time no worker would take (``decode_chunk`` dead-letters every
+                chunk of the call): negative, or past ``MAX_CAPTURE_MS`` (microseconds or
+                nanoseconds by mistake).
+        """
+        if not 0 <= capture_ms <= MAX_CAPTURE_MS:
+            raise ContractError(
+                f"capture time must be epoch milliseconds in 0..{MAX_CAPTURE_MS}, got "
+                f"{capture_ms} (microseconds or nanoseconds by mistake?)"
+            )
         self._anchor_ms = capture_ms
         self._anchor_sample = self._pushed_samples
         if not self._pending:

@@ -29,7 +29,9 @@ from pipeline.errors import ChunkRejectedError, ContractError
 from tests.conftest import SCHEMAS, load_schema
 
 labels = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=32)
-call_ids = st.text(min_size=1, max_size=40).filter(lambda s: 0 < len(s.encode()) <= 128)
+call_ids = st.text(min_size=1, max_size=40).filter(
+    lambda s: 0 < len(s.encode()) <= 128 and s.isprintable()
+)
 
 
 def good_headers(**overrides: str | None) -> list[tuple[str, bytes]]:
@@ -123,11 +125,21 @@ REJECTIONS = [
     (b"", b"\0\0", good_headers(), RejectReason.MISSING_KEY),
     (b"x" * (MAX_CALL_ID_BYTES + 1), b"\0\0", good_headers(), RejectReason.BAD_KEY),
     (b"\xff\xfe", b"\0\0", good_headers(), RejectReason.BAD_KEY),
+    (b"a\nb", b"\0\0", good_headers(), RejectReason.BAD_KEY),  # breaks utterance_id's pattern
+    ("c\u2028d".encode(), b"\0\0", good_headers(), RejectReason.BAD_KEY),
     (b"c", b"\0\0", good_headers(ss_seq=None), RejectReason.MISSING_HEADER),
     (b"c", b"\0\0", good_headers(ss_version=None), RejectReason.MISSING_HEADER),
     (b"c", b"\0\0", good_headers(ss_version="2"), RejectReason.UNKNOWN_VERSION),
     (b"c", b"\0\0", good_headers(ss_sample_rate_hz="44100"), RejectReason.UNSUPPORTED_SAMPLE_RATE),
     (b"c", b"\0\0", good_headers(ss_sample_rate_hz="fast"), RejectReason.UNSUPPORTED_SAMPLE_RATE),
+    (b"c", b"\0\0", good_headers(ss_sample_rate_hz="08000"), RejectReason.UNSUPPORTED_SAMPLE_RATE),
+    # int() of more than 4300 digits raises ValueError: a crash on every read of the record
+    (
+        b"c",
+        b"\0\0",
+        good_headers(ss_sample_rate_hz="9" * 5000),
+        RejectReason.UNSUPPORTED_SAMPLE_RATE,
+    ),
     (b"c", b"\0\0", good_headers(ss_encoding="opus"), RejectReason.UNSUPPORTED_ENCODING),
     (b"c", b"\0\0", good_headers(ss_seq="-1"), RejectReason.BAD_SEQUENCE),
     (b"c", b"\0\0", good_headers(ss_seq="1e3"), RejectReason.BAD_SEQUENCE),
@@ -196,14 +208,16 @@ def test_code_and_machine_readable_contract_agree() -> None:
 header_values = st.sampled_from(
     [b"1", b"2", b"0", b"16000", b"8000", b"44100", b"pcm_s16le", b"mulaw", b"alaw", b"opus",
      b"agent", b"customer", b"a b", b"", b"-", b"x" * 65, b"12", b"-1", b"1e3", b"\xff", b"yes",
-     "agent", None]
+     b"08000", b"9" * 5000, "agent", None]
 )  # fmt: skip
 header_lists = st.lists(
     st.tuples(st.sampled_from([h.value for h in Header] + ["x-other"]), header_values),
     max_size=12,
 )
 record_values = st.sampled_from([None, b"", b"\0", b"\0\0", b"\0" * 640, b"\0" * 65538])
-record_keys = st.sampled_from([None, b"", b"call-1", b"\xff\xfe", b"x" * (MAX_CALL_ID_BYTES + 1)])
+record_keys = st.sampled_from(
+    [None, b"", b"call-1", b"\xff\xfe", b"x" * (MAX_CALL_ID_BYTES + 1), b"a\tb", "Zoë".encode()]
+)
 
 
 @given(record_keys, record_values, header_lists, st.data())
@@ -225,6 +239,17 @@ def test_the_hot_path_agrees_with_the_full_validation(
         return
     assert fast is None or fast == checked
     assert decode_chunk(key, value, headers) == checked
+
+
+@pytest.mark.parametrize("header", [h.value for h in Header])
+def test_a_huge_header_value_is_refused_with_a_short_detail(header: str) -> None:
+    # The detail goes into the dead letter's headers and a chunk_rejected event: repeating a
+    # multi-megabyte value would make both too big for their topics (a commit that always fails).
+    headers = [*good_headers(), (header, b"7" * 1_000_000)]
+    with pytest.raises(ChunkRejectedError) as caught:
+        decode_chunk(b"c", b"\0\0", headers)
+    assert len(caught.value.detail) < 300
+    assert "(1000000 characters)" in caught.value.detail
 
 
 def test_an_ordinary_chunk_takes_the_hot_path() -> None:

@@ -20,6 +20,10 @@ from pipeline.evaluation import WordErrors, normalize_words, word_error_rate, wo
         ("X-Finity Internet Bill", ["x", "finity", "internet", "bill"]),
         ("It costs 3.5, not 35.", ["it", "costs", "3.5", "not", "35"]),
         ("1,000 or 1000", ["1000", "or", "1000"]),
+        ("1,000,000 people", ["1000000", "people"]),
+        ("press 1,2,3", ["press", "1", "2", "3"]),  # not one word "123"
+        ("9,99 or 999", ["9", "99", "or", "999"]),
+        ("minus\u22125", ["minus", "5"]),  # the minus sign splits like a hyphen
         ("STRASSE Straße", ["strasse", "strasse"]),
         ("मैं हिन्दी बोलता हूँ।", ["मैं", "हिन्दी", "बोलता", "हूँ"]),
     ],

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.contracts import Encoding
+from pipeline.contracts.audio_chunk import MAX_CAPTURE_MS
 from pipeline.contracts.g711 import alaw_encode, mulaw_encode
 from pipeline.errors import ConfigError, ContractError
 from pipeline.producer.chunking import (
@@ -74,6 +75,10 @@ def test_cutter_refuses_partial_samples_and_unanchored_audio() -> None:
         cutter.push(b"\x00\x00\x00", capture_ms=0)
     with pytest.raises(ContractError):
         cutter.anchor(-1)
+    # Microseconds by mistake: every chunk would be dead-lettered (bad_header_value), silently.
+    with pytest.raises(ContractError, match="microseconds or nanoseconds"):
+        cutter.anchor(1_796_054_541_016_706)
+    cutter.anchor(MAX_CAPTURE_MS)  # the last millisecond of the year 9999 is still a time
 
 
 @given(
