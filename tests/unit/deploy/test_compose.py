@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
+import tomllib
 from typing import Any
 
+import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
@@ -215,4 +218,26 @@ def test_dockerfile_copies_what_exists_and_runs_streamscribe() -> None:
     for path in ("pipeline", "topics", "schemas", "pyproject.toml", "constraints.txt"):
         assert any(line.lstrip("!").startswith(path) for line in ignore if line.startswith("!"))
     # The versions the tests passed with, as `make setup` installs them.
-    assert re.search(r"^RUN pip install -c constraints\.txt -e \.", dockerfile, re.MULTILINE)
+    install = re.search(r'^RUN pip install -c constraints\.txt -e ("[^"]+")', dockerfile, re.M)
+    assert install
+
+
+@pytest.mark.parametrize(("extras", "target"), [("", "."), ("denoise", ".[denoise]")])
+def test_the_image_s_extras_build_argument_names_what_pip_installs(
+    extras: str, target: str
+) -> None:
+    # The RUN line goes through /bin/sh: expand its argument there, as the build would.
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert re.search(r'^ARG EXTRAS=""$', dockerfile, re.MULTILINE)
+    install = re.search(r'^RUN pip install -c constraints\.txt -e ("[^"]+")', dockerfile, re.M)
+    assert install
+    shown = subprocess.run(
+        ["sh", "-c", f"printf %s {install[1]}"],
+        env={"EXTRAS": extras},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert shown.stdout == target
+    declared = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert set(filter(None, extras.split(","))) <= set(declared["project"]["optional-dependencies"])
