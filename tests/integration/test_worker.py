@@ -340,6 +340,14 @@ def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str
             "unsupported_sample_rate",
         ),
         (key, b"\x04" * 320, _headers(900004, ss_encoding="opus"), "unsupported_encoding"),
+        # 5000 digits: past Python's int() limit, which once crashed every worker reading it
+        (
+            key,
+            b"\x09" * 320,
+            _headers(900009, ss_sample_rate_hz="9" * 5000),
+            "unsupported_sample_rate",
+        ),
+        (b"line\nbreak", b"\x0a" * 320, _headers(900010), "bad_key"),
         (key, b"\x05" * 70000, _headers(900005), "oversize_payload"),
         # 1.5 MB, past the default producer limit (1 MB), accepted by audio.chunks compressed:
         # its dead letter must fit through the worker's transaction whole.
