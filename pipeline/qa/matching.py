@@ -15,6 +15,11 @@ With the default ``min_score`` of 0.8 a five-word phrase survives one substitute
 inserted word, and a three-word phrase must be exact up to similar spellings. The alignment is
 semi-global: the whole phrase against any stretch of the transcript (Sellers' algorithm), so a
 phrase is found inside a longer utterance; cost is O(phrase words × transcript words).
+
+A match never spans a pause longer than ``MAX_WORD_GAP_MS`` (``pause_runs``): a channel's words
+are one stream across its utterances, so that a phrase split over two finals (an endpoint in a
+short pause, or the other side saying "okay" between) is still found, but words said minutes
+apart are not one phrase.
 """
 
 from __future__ import annotations
@@ -28,16 +33,23 @@ from dataclasses import dataclass
 from pipeline.text import replace_non_word
 
 __all__ = [
+    "MAX_WORD_GAP_MS",
     "MatchOptions",
     "PhraseMatch",
     "Token",
     "find_phrase",
     "levenshtein",
     "normalize_words",
+    "pause_runs",
     "word_similarity",
 ]
 
 _APOSTROPHES = re.compile("['\u2019\u2018`]")
+
+MAX_WORD_GAP_MS = 2000
+"""The longest pause, from one word's end to the next word's start, that one match may span.
+Longer than an utterance's endpoint silence (800 ms by default: a phrase split over two finals
+of one speaker has at least that pause in it), far shorter than a change of topic."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +128,26 @@ def _substitution_cost(phrase_word: str, word: str, options: MatchOptions) -> fl
     return 1.0 - similarity if similarity >= options.word_similarity else 1.0
 
 
+def pause_runs(tokens: Sequence[Token], max_gap_ms: int = MAX_WORD_GAP_MS) -> list[range]:
+    """``tokens`` (in time order) cut into runs of indexes wherever a word starts more than
+    ``max_gap_ms`` after every earlier word of its run ended; no run for no tokens."""
+    runs: list[range] = []
+    begin = 0
+    reached_ms = 0
+    for index, token in enumerate(tokens):
+        if index > begin and token.start_ms - reached_ms > max_gap_ms:
+            runs.append(range(begin, index))
+            begin = index
+        reached_ms = token.end_ms if index == begin else max(reached_ms, token.end_ms)
+    if tokens:
+        runs.append(range(begin, len(tokens)))
+    return runs
+
+
 def _best_match_from(
-    phrase: Sequence[str], words: Sequence[str], begin: int, options: MatchOptions
+    phrase: Sequence[str], words: Sequence[str], begin: int, stop: int, options: MatchOptions
 ) -> PhraseMatch | None:
-    """The first acceptable match ending at or after ``begin``, at its locally best end.
+    """The first acceptable match in ``words[begin:stop]``, at its locally best end.
 
     Column ``j`` of the dynamic programme holds, for each phrase prefix, the cheapest alignment
     ending just before ``words[j]`` and the index where that alignment starts. Scanning
@@ -132,7 +160,7 @@ def _best_match_from(
     start = [begin] * (size + 1)
     found: PhraseMatch | None = None
     found_cost = 0.0
-    for j in range(begin, len(words)):
+    for j in range(begin, stop):
         new_cost = [0.0]
         new_start = [j + 1]
         word = words[j]
@@ -167,9 +195,14 @@ def _best_match_from(
 
 
 def find_phrase(
-    phrase: str, tokens: Sequence[Token], options: MatchOptions | None = None
+    phrase: str,
+    tokens: Sequence[Token],
+    options: MatchOptions | None = None,
+    *,
+    max_gap_ms: int = MAX_WORD_GAP_MS,
 ) -> list[PhraseMatch]:
-    """Every non-overlapping match of ``phrase`` in ``tokens``, left to right.
+    """Every non-overlapping match of ``phrase`` in ``tokens`` (in time order), left to right;
+    none spans a pause longer than ``max_gap_ms`` (``pause_runs``).
 
     An empty phrase (nothing left after normalization) matches nothing.
     """
@@ -179,11 +212,12 @@ def find_phrase(
         return []
     words = [token.norm for token in tokens]
     matches: list[PhraseMatch] = []
-    begin = 0
-    while begin < len(words):
-        match = _best_match_from(phrase_words, words, begin, chosen)
-        if match is None:
-            break
-        matches.append(match)
-        begin = match.last + 1
+    for run in pause_runs(tokens, max_gap_ms):
+        begin = run.start
+        while begin < run.stop:
+            match = _best_match_from(phrase_words, words, begin, run.stop, chosen)
+            if match is None:
+                break
+            matches.append(match)
+            begin = match.last + 1
     return matches

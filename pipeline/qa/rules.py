@@ -14,7 +14,7 @@ A rules file is TOML (``docs/qa.md`` shows a complete one)::
     kind = "required_phrase"          # or "forbidden_phrase"
     phrases = ["this call may be recorded"]
     channel = "agent"                 # optional: the channel that must (not) say it
-    deadline_ms = 30000               # required_phrase only: from the call's first audio
+    deadline_ms = 30000               # required_phrase only: said (finished) by this audio time
     description = "Agent discloses the recording within 30 s"
 
 Without a file the built-in ``DEFAULT_RULES`` apply. ``evaluate_rule`` is pure: it takes the
@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import enum
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.contracts.audio_chunk import MONO_CHANNEL
 from pipeline.errors import ConfigError
-from pipeline.qa.matching import MatchOptions, Token, find_phrase, normalize_words
+from pipeline.qa.matching import MatchOptions, PhraseMatch, Token, find_phrase, normalize_words
 
 __all__ = [
     "DEFAULT_RULES",
@@ -60,12 +60,14 @@ class Outcome(enum.StrEnum):
     PASS = "pass"
     FAIL = "fail"
     PENDING = "pending"
-    """Only while a call is live: a required phrase not said yet, its deadline not reached."""
+    """Only while a call is live: a required phrase not said yet, its deadline not reached; or
+    a rule whose channel is not on the call (yet)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One compliance rule. ``channel=None`` means any channel; ``deadline_ms`` is audio time."""
+    """One compliance rule. ``channel=None`` means any channel (a label compares
+    case-insensitively); ``deadline_ms`` is the audio time by which the phrase must be finished."""
 
     rule_id: str
     kind: RuleKind
@@ -269,33 +271,61 @@ def _evidence(
     )
 
 
-def _rule_channel(rule: Rule, tokens_by_channel: Mapping[str, Sequence[Token]]) -> str | None:
-    """The channel ``rule`` reads: its own, or, on a one-channel call, the mono channel (the
-    agent's words are there too: a mono call would otherwise fail every agent rule)."""
-    if rule.channel is not None and MONO_CHANNEL in tokens_by_channel:
-        return MONO_CHANNEL
-    return rule.channel
+def _rule_channels(rule: Rule, channels: Iterable[str]) -> tuple[str, ...] | None:
+    """The call's channels that ``rule`` reads: ``None`` for any channel, ``()`` when the rule's
+    channel is not on the call. Labels compare case-insensitively (``Agent`` is ``agent``). On a
+    one-channel call the mono channel stands for every named one (the agent's words are there
+    too: a mono call would otherwise fail every agent rule)."""
+    if rule.channel is None:
+        return None
+    mono = tuple(channel for channel in channels if channel.casefold() == MONO_CHANNEL)
+    if mono:
+        return mono
+    wanted = rule.channel.casefold()
+    return tuple(channel for channel in channels if channel.casefold() == wanted)
+
+
+def _overlap(a: PhraseMatch, b: PhraseMatch) -> bool:
+    return a.first <= b.last and b.first <= a.last
 
 
 def _all_matches(
     rule: Rule,
-    wanted: str | None,
+    read: tuple[str, ...] | None,
     tokens_by_channel: Mapping[str, Sequence[Token]],
     options: MatchOptions,
 ) -> list[Evidence]:
-    """Every match of every phrase of ``rule`` in channel ``wanted`` (any when None), by time."""
+    """Every match of a phrase of ``rule`` in the channels ``read`` (any when None), by time.
+
+    Where matches of several phrases overlap on one channel ("that's not my problem" and "not
+    my problem" in the same words), one occurrence counts: the best score, then the earliest
+    start, then the longest stretch, then the phrase listed first."""
     found: list[Evidence] = []
     for channel, tokens in sorted(tokens_by_channel.items()):
-        if wanted is not None and channel != wanted:
+        if read is not None and channel not in read:
             continue
-        for phrase in rule.phrases:
-            for match in find_phrase(phrase, tokens, options):
+        candidates = [
+            (match, phrase)
+            for phrase in rule.phrases
+            for match in find_phrase(phrase, tokens, options)
+        ]
+        candidates.sort(
+            key=lambda item: (-item[0].score, item[0].first, item[0].first - item[0].last)
+        )
+        accepted: list[PhraseMatch] = []
+        for match, phrase in candidates:
+            if not any(_overlap(match, other) for other in accepted):
+                accepted.append(match)
                 found.append(_evidence(tokens, match.first, match.last, phrase, match.score))
     return sorted(found, key=lambda e: (e.start_ms, e.channel, e.utterance_id))
 
 
 def _seconds(ms: int) -> str:
     return f"{ms / 1000:.1f} s"
+
+
+def _said(evidence: Evidence) -> str:
+    return f"said at {evidence.start_ms / 1000:.1f}\u2013{_seconds(evidence.end_ms)}"
 
 
 def evaluate_rule(
@@ -306,40 +336,55 @@ def evaluate_rule(
     call_ended: bool,
     heard_until_ms: int,
 ) -> RuleResult:
-    """The outcome of ``rule`` given the call's words so far.
+    """The outcome of ``rule`` given the call's words so far (``tokens_by_channel`` has every
+    channel of the call, also those that said nothing).
 
     ``heard_until_ms`` is how far the call's transcript reaches (audio time); while the call is
     live a required phrase that is still missing is ``pending`` until that passes its deadline,
     and, for a rule of one channel, until that channel's own words do (the other side talking
     past the deadline says nothing about an utterance of this channel still being decoded).
     A forbidden phrase fails with every occurrence as evidence; a required phrase passes with its
-    first occurrence, or fails with its first (late) occurrence when said after the deadline.
+    first occurrence completed by the deadline (its last word's end), or fails with its first
+    occurrence when that was completed later. A rule whose channel is not on the call cannot be
+    checked: ``pending`` while the call is live (the channel may still join), then ``fail``
+    with a detail that says so (never a silent pass).
     """
-    wanted = _rule_channel(rule, tokens_by_channel)
-    matches = _all_matches(rule, wanted, tokens_by_channel, options)
-    who = f"{wanted} channel" if wanted else "any channel"
-    if wanted is not None:
-        own = max((token.end_ms for token in tokens_by_channel.get(wanted, ())), default=0)
-        heard_until_ms = min(heard_until_ms, own)
+    read = _rule_channels(rule, tokens_by_channel)
 
     def result(outcome: Outcome, detail: str, evidence: Sequence[Evidence] = ()) -> RuleResult:
         return RuleResult(
             rule.rule_id, rule.kind, outcome, detail, tuple(evidence), rule.description
         )
 
+    if read == ():
+        if not call_ended:
+            return result(Outcome.PENDING, f"no {rule.channel} channel on this call yet")
+        present = ", ".join(sorted(tokens_by_channel)) or "none"
+        return result(
+            Outcome.FAIL,
+            f"not checked: no {rule.channel} channel on this call (channels: {present})",
+        )
+    matches = _all_matches(rule, read, tokens_by_channel, options)
+    who = f"{'/'.join(read)} channel" if read else "any channel"
+    if read is not None:
+        own = max(
+            (token.end_ms for channel in read for token in tokens_by_channel[channel]), default=0
+        )
+        heard_until_ms = min(heard_until_ms, own)
+
     if rule.kind is RuleKind.FORBIDDEN_PHRASE:
         if matches:
             return result(Outcome.FAIL, f"forbidden phrase said {len(matches)}x", matches)
         return result(Outcome.PASS, f"no forbidden phrase on the {who}")
     deadline_ms = rule.deadline_ms
-    on_time = [m for m in matches if deadline_ms is None or m.start_ms <= deadline_ms]
+    on_time = [m for m in matches if deadline_ms is None or m.end_ms <= deadline_ms]
     if on_time:
-        return result(Outcome.PASS, f"said at {_seconds(on_time[0].start_ms)}", on_time[:1])
+        return result(Outcome.PASS, _said(on_time[0]), on_time[:1])
     if matches and deadline_ms is not None:
         late = matches[0]
         return result(
             Outcome.FAIL,
-            f"said at {_seconds(late.start_ms)}, after the {_seconds(deadline_ms)} deadline",
+            f"{_said(late)}, not finished by the {_seconds(deadline_ms)} deadline",
             [late],
         )
     deadline_open = deadline_ms is None or heard_until_ms < deadline_ms

@@ -17,7 +17,10 @@ Definitions (all times are audio milliseconds from the call's first sample, as i
 - **turn**: a maximal run of consecutive utterances (ordered by speech start) of one channel.
 - **monologue**: a turn cut wherever the same speaker pauses ``monologue_max_gap_ms`` or longer;
   the longest monologue is the longest such stretch.
-- **keywords**: non-overlapping occurrences of each keyword's normalized words, per channel.
+- **keywords**: non-overlapping occurrences of each keyword's normalized words, per channel; the
+  words of a keyword of several words follow each other without a pause longer than
+  ``MAX_WORD_GAP_MS`` (they may lie in two utterances). Words compare exactly after
+  normalization: ``refunds`` is not ``refund``, ``supervisor's`` is ``supervisors``.
 - **compliance**: each rule's ``RuleResult`` (``pipeline.qa.rules``).
 
 Duplicate finals (same ``utterance_id``) count once: the first one given wins. Finals with no
@@ -38,7 +41,7 @@ from typing import Any
 import orjson
 
 from pipeline.contracts.messages import Final
-from pipeline.qa.matching import Token, normalize_words
+from pipeline.qa.matching import Token, normalize_words, pause_runs
 from pipeline.qa.rules import Outcome, QaRules, RuleResult, evaluate_rule
 
 __all__ = [
@@ -317,16 +320,20 @@ def tokens_of(final: Final) -> list[Token]:
     return tokens
 
 
-def _count_keyword(keyword: Sequence[str], words: Sequence[str]) -> int:
+def _count_keyword(keyword: Sequence[str], tokens: Sequence[Token]) -> int:
+    """Non-overlapping occurrences of ``keyword``'s words in ``tokens``, none across a pause."""
     count = 0
-    position = 0
     size = len(keyword)
-    while position + size <= len(words):
-        if list(words[position : position + size]) == list(keyword):
-            count += 1
-            position += size
-        else:
-            position += 1
+    wanted = list(keyword)
+    for run in pause_runs(tokens):
+        words = [tokens[index].norm for index in run]
+        position = 0
+        while position + size <= len(words):
+            if words[position : position + size] == wanted:
+                count += 1
+                position += size
+            else:
+                position += 1
     return count
 
 
@@ -409,8 +416,7 @@ def summarize(meta: CallMeta, finals: Iterable[Final], rules: QaRules) -> CallSu
     for keyword in rules.keywords:
         wanted = normalize_words(keyword)
         counts = {
-            channel: _count_keyword(wanted, [token.norm for token in tokens])
-            for channel, tokens in tokens_by_channel.items()
+            channel: _count_keyword(wanted, tokens) for channel, tokens in tokens_by_channel.items()
         }
         counts = {channel: count for channel, count in counts.items() if count}
         keywords.append(KeywordCount(keyword, sum(counts.values()), counts))

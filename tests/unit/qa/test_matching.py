@@ -7,11 +7,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline.qa.matching import (
+    MAX_WORD_GAP_MS,
     MatchOptions,
     Token,
     find_phrase,
     levenshtein,
     normalize_words,
+    pause_runs,
     word_similarity,
 )
 
@@ -140,3 +142,34 @@ def test_decomposed_accents_make_one_word() -> None:
             "lait",
         ]
     )
+
+
+def timed(*words: tuple[str, int, int]) -> list[Token]:
+    return [
+        Token(norm, word, "u:agent:0", "agent", n, start_ms, end_ms)
+        for n, (word, start_ms, end_ms) in enumerate(words)
+        for norm in normalize_words(word)
+    ]
+
+
+def test_a_match_never_spans_a_long_pause() -> None:
+    """One channel's words are one stream across utterances, but words said minutes apart are
+    no phrase: "this call" at 5 s and "may be recorded" at 300 s did match."""
+    head = [("this", 5000, 5300), ("call", 5300, 5600)]
+    for gap_ms, expected in ((MAX_WORD_GAP_MS, 1), (MAX_WORD_GAP_MS + 1, 0), (295_000, 0)):
+        start_ms = 5600 + gap_ms
+        tail = [("may", start_ms, start_ms + 200), ("be", start_ms + 200, start_ms + 400)]
+        tail.append(("recorded", start_ms + 400, start_ms + 900))
+        assert len(find_phrase(PHRASE, timed(*head, *tail))) == expected, gap_ms
+
+
+def test_pause_runs_cut_after_the_latest_word_end() -> None:
+    found = timed(
+        ("a", 0, 5000),  # a long word: "b" starts inside it
+        ("b", 1000, 1200),
+        ("c", 6500, 6800),  # 1500 ms after "a" ended, though 5300 ms after "b"
+        ("d", 9000, 9100),
+    )
+    assert pause_runs(found) == [range(0, 3), range(3, 4)]
+    assert pause_runs([]) == []
+    assert pause_runs(found, max_gap_ms=0) == [range(0, 2), range(2, 3), range(3, 4)]

@@ -56,7 +56,7 @@ def test_required_phrase_said_in_time_passes_with_evidence() -> None:
     said = final("agent", 0, "hello I am Emma this cool may be recorded okay", 2000)
     result = evaluate(DISCLOSURE, [said])
     assert result.outcome is Outcome.PASS
-    assert result.detail == "said at 4.0 s"
+    assert result.detail == "said at 4.0\u20136.4 s"
     (evidence,) = result.evidence
     assert evidence.utterance_id == "call-1:agent:0"
     assert (evidence.start_ms, evidence.end_ms) == (4000, 6400)
@@ -68,8 +68,33 @@ def test_required_phrase_said_late_fails_with_the_late_evidence() -> None:
     late = final("agent", 4, "by the way this call may be recorded", 31_000)
     result = evaluate(DISCLOSURE, [late])
     assert result.outcome is Outcome.FAIL
-    assert result.detail == "said at 32.5 s, after the 30.0 s deadline"
+    assert result.detail == "said at 32.5\u201334.9 s, not finished by the 30.0 s deadline"
     assert [e.start_ms for e in result.evidence] == [32_500]
+
+
+def test_a_deadline_is_met_by_the_phrase_finished_before_it() -> None:
+    """The deadline is judged by the end of the phrase's last word, not by its first word."""
+    # "this" starts at 28_000 ms, "recorded" ends at 30_400 ms.
+    straddling = final("agent", 0, "this call may be recorded", 28_000)
+    result = evaluate(DISCLOSURE, [straddling])
+    assert result.outcome is Outcome.FAIL
+    assert result.detail == "said at 28.0\u201330.4 s, not finished by the 30.0 s deadline"
+    in_time = final("agent", 0, "this call may be recorded", 27_600)  # ends at 30_000 ms
+    assert evaluate(DISCLOSURE, [in_time]).outcome is Outcome.PASS
+
+
+def test_required_phrase_with_its_words_minutes_apart_is_not_said() -> None:
+    """Review finding: "help you with this call" at 3 s and "will be recorded" at 300 s passed
+    the disclosure as "said at 5.2 s"."""
+    finals = [
+        final("agent", 0, "sure I can help you with this call", 3000),
+        final("customer", 0, "is it recorded", 290_000),
+        final("agent", 1, "will be recorded yes for training", 300_000),
+    ]
+    result = evaluate(DISCLOSURE, finals, heard_until_ms=310_000)
+    assert result.outcome is Outcome.FAIL
+    assert result.evidence == ()
+    assert result.detail == "not said on the agent channel within 30.0 s"
 
 
 def test_required_phrase_never_said_fails_once_the_call_ended() -> None:
@@ -110,12 +135,15 @@ def test_agent_rules_read_the_one_channel_of_a_mono_call() -> None:
 
 
 def test_required_phrase_split_across_two_finals_is_found() -> None:
-    first = final("agent", 0, "hello this call", 500)
+    first = final("agent", 0, "hello this call", 500)  # ends at 1900 ms
     second = final("agent", 1, "may be recorded", 3000)
-    result = evaluate(DISCLOSURE, [first, second])
-    assert result.outcome is Outcome.PASS
-    assert result.evidence[0].utterance_id == "call-1:agent:0"
-    assert result.evidence[0].matched_text == "this call may be recorded"
+    customer = final("customer", 0, "okay", 2000)  # the other side in the pause
+    for finals in ([first, second], [first, customer, second]):
+        result = evaluate(DISCLOSURE, finals)
+        assert result.outcome is Outcome.PASS
+        assert result.evidence[0].utterance_id == "call-1:agent:0"
+        assert result.evidence[0].matched_text == "this call may be recorded"
+        assert (result.evidence[0].start_ms, result.evidence[0].end_ms) == (1000, 4400)
 
 
 def test_forbidden_phrase_fails_with_every_occurrence() -> None:
@@ -131,6 +159,61 @@ def test_forbidden_phrase_fails_with_every_occurrence() -> None:
         ("call-1:agent:1", 10_500, "not my department"),
     ]
     assert result.evidence[0].matched_text == "that's not my problem"
+
+
+def test_overlapping_phrases_of_a_rule_count_one_occurrence() -> None:
+    """Review finding: phrases "not my problem" and "that's not my problem" made one utterance
+    "said 2x"."""
+    rule = Rule(
+        "dismissive", RuleKind.FORBIDDEN_PHRASE, ("not my problem", "that's not my problem")
+    )
+    finals = [
+        final("agent", 0, "sorry that's not my problem", 1000),
+        final("agent", 1, "really not my problem", 6000),
+    ]
+    result = evaluate(rule, finals)
+    assert result.detail == "forbidden phrase said 2x"
+    assert [(e.utterance_id, e.phrase) for e in result.evidence] == [
+        ("call-1:agent:0", "that's not my problem"),
+        ("call-1:agent:1", "not my problem"),
+    ]
+
+
+def test_channel_labels_compare_case_insensitively() -> None:
+    """Review finding: on a call with channels ``Agent`` / ``Customer`` the forbidden phrase
+    passed and the disclosure failed, though both were said."""
+    finals = [
+        final("Agent", 0, "this call may be recorded", 1000),
+        final("Agent", 1, "that's not my problem", 9000),
+        final("Customer", 0, "hi", 500),
+    ]
+    disclosure = evaluate(DISCLOSURE, finals)
+    assert disclosure.outcome is Outcome.PASS
+    assert disclosure.evidence[0].channel == "Agent"
+    forbidden = evaluate(FORBIDDEN, finals)
+    assert forbidden.outcome is Outcome.FAIL
+    assert [e.utterance_id for e in forbidden.evidence] == ["call-1:Agent:1"]
+
+
+@pytest.mark.parametrize("rule", [DISCLOSURE, FORBIDDEN], ids=["required", "forbidden"])
+def test_a_rule_whose_channel_is_not_on_the_call_is_not_checked(rule: Rule) -> None:
+    """It never passes silently: pending while the channel may still join, then a failure
+    whose detail says why."""
+    finals = [
+        final("left", 0, "this call may be recorded", 1000),
+        final("right", 0, "that's not my problem", 5000),
+    ]
+    tokens = by_channel(*finals)
+    tokens["caller"] = []  # a channel known from its session events that said nothing
+    ended = evaluate_rule(rule, tokens, MatchOptions(), call_ended=True, heard_until_ms=60_000)
+    assert ended.outcome is Outcome.FAIL
+    assert ended.detail == (
+        "not checked: no agent channel on this call (channels: caller, left, right)"
+    )
+    assert ended.evidence == ()
+    live = evaluate_rule(rule, tokens, MatchOptions(), call_ended=False, heard_until_ms=60_000)
+    assert live.outcome is Outcome.PENDING
+    assert live.detail == "no agent channel on this call yet"
 
 
 def test_forbidden_phrase_absent_passes_even_while_live() -> None:

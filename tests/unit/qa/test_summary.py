@@ -154,6 +154,30 @@ def test_keywords_are_counted_per_channel() -> None:
     }
 
 
+def test_a_keyword_of_several_words_runs_across_utterances_but_not_across_a_pause() -> None:
+    """Review finding: "cancel my" at 15 s and "account please" at 200 s counted as
+    "cancel my account"."""
+    rules = replace(DEFAULT_RULES, keywords=("cancel my account", "refund"))
+    apart = [
+        final("customer", 0, "cancel my", 15_000),
+        final("customer", 1, "account please", 200_000),
+    ]
+    # "my" ends at 15_900; the other side speaks in the 1.1 s pause.
+    close = [
+        final("customer", 0, "cancel my", 15_000),
+        final("agent", 0, "yes", 16_100),
+        final("customer", 1, "account please", 17_000),
+    ]
+    counts = {
+        name: {k.keyword: k.total for k in summarize(ENDED, finals, rules).keywords}
+        for name, finals in (("apart", apart), ("close", close))
+    }
+    assert counts == {
+        "apart": {"cancel my account": 0, "refund": 0},
+        "close": {"cancel my account": 1, "refund": 0},
+    }
+
+
 def test_compliance_results_and_overall_verdict() -> None:
     summary = summarize(ENDED, FINALS, DEFAULT_RULES)
     outcomes = {result.rule_id: result.outcome for result in summary.compliance}
