@@ -630,7 +630,7 @@ class QaApp:
 
     def _load_finals(self, state: CallState) -> list[Final]:
         finals = []
-        for uid in state.utterance_ids:
+        for uid in state.utterance_ids():
             raw = self.finals.get(uid)
             if raw is not None:
                 finals.append(parse_final(raw))
@@ -664,7 +664,7 @@ class QaApp:
                 return
             after = self.analytics.on_tick(before)
             if after is None:
-                for uid in before.utterance_ids:
+                for uid in before.utterance_ids():
                     self.finals.pop(uid, None)
                 del self.calls[call_id]
                 logger.info("call %s expired from the QA tables", call_id)
@@ -741,7 +741,7 @@ class QaApp:
                 "end_reason": state.end_reason.value if state.end_reason else None,
                 "revision": state.revision,
                 "channels": list(state.channels),
-                "utterances": len(state.utterance_ids),
+                "utterances": state.spoken_finals,
                 "first_seen_ms": state.first_seen_ms,
                 "last_activity_ms": state.last_activity_ms,
                 "ended_ms": state.ended_ms,

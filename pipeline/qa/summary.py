@@ -57,6 +57,7 @@ __all__ = [
     "TranscriptLine",
     "Turn",
     "content_digest",
+    "has_speech",
     "speech_span",
     "summarize",
     "to_json",
@@ -234,7 +235,8 @@ def speech_span(final: Final) -> tuple[int, int]:
     return final.start_ms, final.end_ms
 
 
-def _has_speech(final: Final) -> bool:
+def has_speech(final: Final) -> bool:
+    """Whether a final carries speech: words, or non-blank text (a blank final is ignored)."""
     return bool(final.words) or bool(final.text.strip())
 
 
@@ -387,7 +389,7 @@ def summarize(meta: CallMeta, finals: Iterable[Final], rules: QaRules) -> CallSu
     """The summary of a call from its finals (any order, duplicates allowed) and its facts."""
     every = _unique(finals)
     spoken = sorted(
-        (final for final in every if _has_speech(final)),
+        (final for final in every if has_speech(final)),
         key=lambda f: (*speech_span(f), f.channel, f.utterance_index),
     )
     channels = sorted(set(meta.channels) | {final.channel for final in every})

@@ -7,9 +7,18 @@ import ssl
 from collections.abc import Sequence
 
 import faust
+import orjson
 import pytest
 
-from pipeline.contracts.messages import EndpointReason, Final, Word, to_json, utterance_id
+from pipeline.clock import ManualClock
+from pipeline.contracts.messages import (
+    EndpointReason,
+    EventType,
+    Final,
+    Word,
+    to_json,
+    utterance_id,
+)
 from pipeline.errors import ConfigError
 from pipeline.qa.app import QaApp, faust_credentials
 from pipeline.qa.records import InputKind, encode_input
@@ -17,6 +26,7 @@ from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.runtime.admin import ApplyReport
 from pipeline.settings import KafkaSettings, QaSettings, Settings
 from pipeline.topics import ObservedTopic, TopicSpec
+from tests.qa_builders import CALL, final, session
 
 PREFIX = "env1."
 
@@ -158,3 +168,55 @@ def test_calls_of_partitions_another_worker_now_holds_are_forgotten_locally(app:
     assert app.drop_unowned(kept) == sum(app.partition_of(c) not in kept for c in calls)
     assert set(tables["calls"]) == {c for c in calls if app.partition_of(c) in kept}
     assert {uid.split(":")[0] for uid in tables["finals"]} == set(tables["calls"])
+
+
+def test_the_list_view_counts_the_utterances_the_summary_counts(app: QaApp) -> None:
+    """Review finding: ``/calls`` counted blank finals (no speech), the summary did not."""
+    tables: dict[str, dict[str, bytes]] = {"calls": {}, "finals": {}}
+    app.calls, app.finals = tables["calls"], tables["finals"]  # type: ignore[assignment]
+    spoken = final("agent", 0, "hello there", 1000)
+    blank = final("agent", 1, "", 3000)
+    for item in (spoken, blank, blank):
+        asyncio.run(app._process(CALL, encode_input(InputKind.FINAL, to_json(item))))
+    body = app.call_json(CALL)
+    assert body is not None
+    assert orjson.loads(body)["utterances"] == 1
+    (listed,) = app.recent_calls(0, 10)
+    assert listed["utterances"] == 1
+
+
+def test_an_expired_call_leaves_the_tables_with_its_finals() -> None:
+    clock = ManualClock(1_700_000_000_000)
+    settings = Settings(
+        kafka=KafkaSettings(),
+        qa=QaSettings(partitions=4, web_port=16098, end_grace_ms=0, retention_ms=1000),
+    )
+    app = QaApp(settings, DEFAULT_RULES, clock=clock)
+    tables: dict[str, dict[str, bytes]] = {"calls": {}, "finals": {}}
+    app.calls, app.finals = tables["calls"], tables["finals"]  # type: ignore[assignment]
+    app._ready_since_ms = clock.now_ms() - 3_600_000
+
+    published: list[bytes] = []
+
+    async def publish(call_id: str, record: bytes) -> None:
+        published.append(record)
+
+    app._publish = publish  # type: ignore[method-assign]
+    for index in (0, 1, 3):
+        item = final("agent", index, "hello there", 1000 * index)
+        asyncio.run(app._process(CALL, encode_input(InputKind.FINAL, to_json(item))))
+    other = final("agent", 0, "hello there", 0, call_id="call-2")
+    asyncio.run(app._process("call-2", encode_input(InputKind.FINAL, to_json(other))))
+    ended = session(EventType.SESSION_ENDED, "agent", finals=3)
+    asyncio.run(app._process(CALL, encode_input(InputKind.EVENT, to_json(ended))))
+    assert len(published) == 1
+    assert sorted(tables["finals"]) == [
+        "call-1:agent:0",
+        "call-1:agent:1",
+        "call-1:agent:3",
+        "call-2:agent:0",
+    ]
+    clock.advance(1000)
+    asyncio.run(app._process(CALL, encode_input(InputKind.TICK)))
+    assert list(tables["calls"]) == ["call-2"]
+    assert list(tables["finals"]) == ["call-2:agent:0"]

@@ -124,7 +124,7 @@ def test_a_summary_not_delivered_is_published_when_its_record_is_processed_again
     (summary,) = shell.published()
     assert (summary["revision"], summary["utterances"]) == (1, 2)
     state = CallState.from_json(shell.app.calls[CALL])
-    assert (state.revision, len(state.utterance_ids)) == (1, 2)
+    assert (state.revision, len(state.utterance_ids())) == (1, 2)
     assert shell.rejections() == []  # not reported as bad input
     assert shell.waits_s == [qa_app.PUBLISH_RETRY_FIRST_S, 2 * qa_app.PUBLISH_RETRY_FIRST_S]
     assert shell.metric("qa_publish_failures_total 2.0")

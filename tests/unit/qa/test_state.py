@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pipeline.clock import ManualClock
-from pipeline.contracts.messages import Event, EventType, Final
+from pipeline.contracts.messages import Event, EventType, Final, utterance_id
 from pipeline.errors import ContractError
 from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.qa.state import CallAnalytics, CallState
@@ -161,8 +163,70 @@ def test_duplicate_finals_are_recognized_and_count_once(analytics: CallAnalytics
     call.feed([AGENT, AGENT, CUSTOMER, replace(AGENT, text="changed"), *WHOLE_CALL])
     assert call.duplicates == 4
     assert call.state is not None
-    assert call.state.utterance_ids == ("call-1:agent:0", "call-1:customer:0")
+    assert call.state.utterance_ids() == ["call-1:agent:0", "call-1:customer:0"]
     assert call.published[0].utterances == 2
+
+
+@given(st.lists(st.tuples(st.sampled_from(["agent", "customer"]), st.integers(0, 40))))
+def test_utterances_are_recorded_as_a_set_per_channel(finals: list[tuple[str, int]]) -> None:
+    """Whatever the order, gaps and repeats: a final is new exactly when its id was not seen,
+    and the state lists every id seen once."""
+    analytics = CallAnalytics(
+        DEFAULT_RULES,
+        ManualClock(0),
+        idle_timeout_ms=IDLE_MS,
+        retention_ms=RETENTION_MS,
+        end_grace_ms=GRACE_MS,
+    )
+    state: CallState | None = None
+    seen: set[str] = set()
+    for channel, index in finals:
+        step = analytics.on_final(state, final(channel, index, "hello", 1000 * index))
+        assert step.is_new is (utterance_id(CALL, channel, index) not in seen)
+        seen.add(utterance_id(CALL, channel, index))
+        state = step.state
+    if state is not None:
+        ids = state.utterance_ids()
+        assert (sorted(ids), len(ids)) == (sorted(seen), len(seen))
+        assert sum(state.channel_finals.values()) == len(seen)
+        assert CallState.from_json(state.to_json()) == state
+
+
+def test_the_state_record_does_not_grow_with_the_call(analytics: CallAnalytics) -> None:
+    """Review finding: the state listed every utterance id and was rewritten to the changelog
+    on every record; past the producer's 1 MB limit (7,000 finals with 128-character call
+    ids) its write failed and the app stopped, then crash-looped on restart."""
+    call_id = "x" * 128
+    state: CallState | None = None
+    sizes = []
+    for n in range(4000):
+        item = final(("agent", "customer")[n % 2], n // 2, "hello", 1000 * n, call_id=call_id)
+        state = analytics.on_final(state, item).state
+        if n in (1, 3999):
+            sizes.append(len(state.to_json()))
+    assert sizes[1] == sizes[0] + 2 * len("1999") - 2 * len("0")
+    assert sizes[1] < 1000
+    assert state is not None
+    assert len(state.utterance_ids()) == 4000
+
+
+def test_a_state_of_the_first_format_is_read(analytics: CallAnalytics) -> None:
+    """An upgrade finds ``qa_call_state/1`` records (every utterance id listed) in the
+    changelog: they read as the same call."""
+    call = Call(analytics)
+    call.feed(WHOLE_CALL)
+    call.final(final("agent", 2, "and one more", 7000))  # index 1 of the agent never came
+    assert call.state is not None
+    data = orjson.loads(call.state.to_json())
+    del data["utterance_indexes"], data["blank_finals"]
+    old = {
+        **data,
+        "schema": "qa_call_state/1",
+        "utterance_ids": ["call-1:agent:0", "call-1:customer:0", "call-1:agent:2"],
+        "channel_finals": {"agent": 2, "customer": 1},
+    }
+    assert CallState.from_json(orjson.dumps(old)) == call.state
+    assert call.state.utterance_indexes == {"agent": ((0, 0), (2, 2)), "customer": ((0, 0),)}
 
 
 def test_a_late_final_publishes_the_next_revision(analytics: CallAnalytics) -> None:
@@ -221,6 +285,48 @@ def test_an_ended_call_expires_after_the_retention(
     assert call.state is None
 
 
+def test_a_call_is_never_expired_before_its_summary_is_published(clock: ManualClock) -> None:
+    """Review finding: with ``retention_ms`` < ``end_grace_ms`` an ended call still waiting for
+    a missing final was deleted before its summary was ever published."""
+    analytics = CallAnalytics(
+        DEFAULT_RULES, clock, idle_timeout_ms=IDLE_MS, retention_ms=2000, end_grace_ms=GRACE_MS
+    )
+    call = Call(analytics)
+    call.feed([AGENT, session(ENDED, "agent", audio_ms=9000, finals=2)])  # final 1 lost
+    assert call.state is not None
+    assert call.state.ended
+    clock.advance(GRACE_MS)
+    assert analytics.tick_due(call.state)
+    call.tick()
+    assert [s.revision for s in call.published] == [1]
+    assert analytics.tick_due(call.state)  # now published: past its retention
+    call.tick()
+    assert call.state is None
+
+
+def test_a_late_final_just_before_the_expiry_is_published_first(
+    clock: ManualClock, analytics: CallAnalytics
+) -> None:
+    call = Call(analytics)
+    call.feed([*WHOLE_CALL[:2], AGENT, session(ENDED, "agent"), session(ENDED, "customer")])
+    clock.advance(GRACE_MS)
+    call.tick()
+    assert [s.revision for s in call.published] == [1]
+    clock.advance(RETENTION_MS - GRACE_MS - 1)
+    call.final(CUSTOMER)  # late, and the call has no finals counts: it waits for quiet
+    clock.advance(1)
+    assert call.state is not None
+    assert not analytics.needs_publication(call.state)
+    assert not analytics.tick_due(call.state)
+    call.tick()
+    assert call.state is not None, "not expired with its change unpublished"
+    clock.advance(GRACE_MS)
+    call.tick()
+    assert [s.revision for s in call.published] == [1, 2]
+    call.tick()
+    assert call.state is None
+
+
 def test_the_live_view_and_the_published_summary(
     clock: ManualClock, analytics: CallAnalytics
 ) -> None:
@@ -255,10 +361,33 @@ def test_state_json_round_trips(analytics: CallAnalytics) -> None:
     assert CallState.from_json(call.state.to_json()) == call.state
 
 
-@pytest.mark.parametrize("value", [b"{}", b"[]", b"not json", b'{"schema": "qa_call_state/1"}'])
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"{}",
+        b"[]",
+        b"not json",
+        b'{"schema": "qa_call_state/1"}',
+        b'{"schema": "qa_call_state/2"}',
+        b'{"schema": "qa_call_state/9"}',
+    ],
+)
 def test_unreadable_state_is_a_contract_error(value: bytes) -> None:
     with pytest.raises(ContractError):
         CallState.from_json(value)
+
+
+@pytest.mark.parametrize(
+    "indexes", [[1], [[2, 1]], [[0, 1], [2, 3]], [[3, 4], [0, 1]], [[-1, 0]], "x"]
+)
+def test_state_with_broken_index_ranges_is_a_contract_error(
+    analytics: CallAnalytics, indexes: object
+) -> None:
+    state = analytics.on_final(None, AGENT).state
+    data = orjson.loads(state.to_json())
+    data["utterance_indexes"] = {"agent": indexes}
+    with pytest.raises(ContractError):
+        CallState.from_json(orjson.dumps(data))
 
 
 def test_published_summaries_match_the_schema(analytics: CallAnalytics) -> None:
