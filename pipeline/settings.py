@@ -384,14 +384,16 @@ class QaSettings:
     end_grace_ms: int = setting(
         5_000,
         "QA_END_GRACE_MS",
-        "an ended call whose session_ended events carry no finals count (detail.utterances) is "
-        "published once it has been quiet this long (finals and events arrive on different topics)",
+        "an ended call is published once it has the finals its session_ended events announce "
+        "(detail.utterances), or else (no count, or finals missing) once it has been quiet this "
+        "long (finals and events arrive on different topics)",
         minimum=0,
     )
     retention_ms: int = setting(
         86_400_000,
         "QA_RETENTION_MS",
-        "ended calls stay in the QA tables (late finals, web views) this long",
+        "ended calls stay in the QA tables (late finals, web views) this long, and until their "
+        "last change is published",
         minimum=0,
     )
 
