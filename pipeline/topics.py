@@ -151,7 +151,10 @@ def plan_topics(declared: Sequence[TopicSpec], observed: Mapping[str, ObservedTo
     """The actions that make ``observed`` match ``declared`` (pure; same inputs, same plan).
 
     Only declared config keys are compared; topics the file does not declare are ignored.
-    A declared partition count below the observed one is a refusal, not an action.
+    A declared partition count below the observed one is a refusal, not an action. The actions
+    on ``asr.checkpoints`` come first, so that applying them in order never passes through a
+    cluster with fewer checkpoint partitions than audio partitions, which workers refuse
+    (``checkpoint_partitions_problem``), even when the apply stops half-way.
     """
     actions: list[TopicAction] = []
     refusals: list[str] = []
@@ -171,4 +174,7 @@ def plan_topics(declared: Sequence[TopicSpec], observed: Mapping[str, ObservedTo
         changed = {k: v for k, v in spec.config.items() if have.config.get(k) != v}
         if changed:
             actions.append(TopicAction(ActionKind.ALTER_CONFIG, spec.name, config=changed))
-    return TopicPlan(tuple(actions), tuple(refusals))
+    # Stable: the file's order otherwise. The environment prefix is unknown here: names end with
+    # their role.
+    checkpoints_first = sorted(actions, key=lambda a: not a.topic.endswith(TopicRole.CHECKPOINTS))
+    return TopicPlan(tuple(checkpoints_first), tuple(refusals))

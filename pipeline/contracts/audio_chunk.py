@@ -419,8 +419,8 @@ def _decode_checked(
     if not call_id.isprintable():
         raise ChunkRejectedError(
             RejectReason.BAD_KEY,
-            f"call id {_shown(call_id)} holds a control or separator character (line breaks, "
-            "tabs: ids must survive logs and the utterance_id pattern)",
+            f"call id {_shown(call_id)} is not printable (a line break, a tab, a zero-width or "
+            "non-breaking space: ids go into utterance_id and log lines)",
         )
 
     found = _header_map(headers)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from pipeline.errors import InfrastructureError
 from pipeline.runtime.kafka import checkpoint_reader_config, new_consumer
@@ -27,6 +27,8 @@ CHECKPOINT_READ_TIMEOUT_S = 30.0
 
 WATERMARK_TRY_S = 1.0
 """One try at a partition's watermarks: short, so that a shutdown is seen within it."""
+RETRY_PAUSE_S = 0.1
+"""Between two tries at the watermarks (a refused connection fails at once)."""
 
 Checkpoints = dict[int, list[SessionCheckpoint | PartitionCheckpoint]]
 """Partition → the latest checkpoint of every key still in it (tombstoned keys left out)."""
@@ -113,16 +115,18 @@ def read_checkpoints(
 
 
 def _watermarks(reader: Any, tp: TopicPartition, time_left_s: Callable[[], float]) -> Any:
-    """``(low, high)`` of one partition, in tries of at most ``WATERMARK_TRY_S`` repeated while
-    they time out and ``time_left_s()`` is positive (which raises once the worker stops)."""
+    """``(low, high)`` of one partition, in tries of at most ``WATERMARK_TRY_S``, repeated after
+    any error that is not fatal while ``time_left_s()`` is positive (it raises once the worker
+    stops). A fresh reader without metadata yet answers ``_ALL_BROKERS_DOWN`` or ``_TRANSPORT``
+    while it connects (a broker restarting, a slow TLS handshake), not only ``_TIMED_OUT``."""
     while True:
         try:
             return reader.get_watermark_offsets(
                 tp, timeout=max(0.01, min(WATERMARK_TRY_S, time_left_s()))
             )
         except KafkaException as error:
-            timed_out = error.args[0].code() == KafkaError._TIMED_OUT
-            if not timed_out or time_left_s() <= 0:
+            if error.args[0].fatal() or time_left_s() <= 0:
                 raise InfrastructureError(
                     f"cannot read the checkpoints of partition {tp.partition}: {error}"
                 ) from None
+            time.sleep(min(RETRY_PAUSE_S, max(0.0, time_left_s())))  # an error at once: no spin

@@ -316,6 +316,10 @@ class AsrWorker:
             # would stop the reading that ends the catch-up (it is bounded by CATCH_UP_MAX_S).
             self._backpressure()
         self._partials.poll(0)
+        # Serves the transactional producer's queue (its librdkafka log lines and errors) between
+        # commits too: a worker with nothing to commit (a standby, idle partitions) never opens a
+        # transaction, and the queue would grow unread. No transactional call is in flight here.
+        self._tx.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
         self._progressed()
 
@@ -905,7 +909,8 @@ class AsrWorker:
             self._restore(partitions)
         except CheckpointReadCutError as cut:
             # Stopping: nothing of these partitions is owned any more, so the leave commits
-            # none of their offsets; they stay paused until it, and the next owner replays.
+            # none of their offsets and ``_handle`` drops any record of theirs still fetched
+            # (not in the book); the next owner replays them. Paused to fetch no more.
             logger.warning("%s; leaving them to the next owner", cut)
             self._consumer.pause([TopicPartition(topic, p) for p in partitions])
             return
@@ -976,8 +981,9 @@ class AsrWorker:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = [tp.partition for tp in partitions]
         known = self._checkpoint_partitions
-        if known is not None and numbers and max(numbers) >= known:
-            # audio.chunks was raised while running: asr.checkpoints must have been too.
+        if numbers and (known is None or max(numbers) >= known):
+            # audio.chunks raised while running (asr.checkpoints must have been too), or
+            # asr.checkpoints not there yet when the worker started (the topics Job racing it).
             self._check_checkpoint_partitions(audio_partitions=max(numbers) + 1)
         try:
             self._restore(numbers)
@@ -1038,7 +1044,11 @@ class AsrWorker:
             # already moved on, the commit fails and everything rewinds: still exactly once.)
             self._commit()
         self._forget(numbers)
-        self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": sorted(numbers)})
+        # Only what was announced as assigned: partitions whose checkpoint read a shutdown cut
+        # were never owned here, and their revoke at the leave is no news.
+        owned = sorted(n for n in numbers if n in self.status.assigned)
+        if owned or not numbers:
+            self._event(EventType.PARTITIONS_REVOKED, detail={"partitions": owned})
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
         self._count_paused_partitions()

@@ -85,3 +85,20 @@ def test_a_file_that_raises_audio_chunks_past_asr_checkpoints_is_refused(
             load_topic_specs(raised, prefix="staging.")
     else:
         assert len(load_topic_specs(raised, prefix="staging.")) == 2
+
+
+def test_checkpoint_partitions_are_raised_before_audio_partitions() -> None:
+    # Review finding: in the file's order audio.chunks was raised first, and an apply that
+    # stopped between the two left a cluster every worker refuses to start on.
+    declared = [
+        TopicSpec("staging.audio.chunks", 24),
+        TopicSpec("staging.asr.finals", 24),
+        TopicSpec("staging.asr.checkpoints", 24),
+    ]
+    observed = {spec.name: ObservedTopic(spec.name, 12, {}) for spec in declared}
+    plan = plan_topics(declared, observed)
+    assert [(a.kind, a.topic) for a in plan.actions] == [
+        (ActionKind.ADD_PARTITIONS, "staging.asr.checkpoints"),
+        (ActionKind.ADD_PARTITIONS, "staging.audio.chunks"),
+        (ActionKind.ADD_PARTITIONS, "staging.asr.finals"),
+    ]

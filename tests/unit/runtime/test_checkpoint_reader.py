@@ -137,14 +137,14 @@ def test_an_end_not_reached_in_time_is_an_infrastructure_error(monkeypatch: Any)
 
 
 class _NoWatermarks(_Reader):
-    def __init__(self, log: Any, code: int = KafkaError._TIMED_OUT) -> None:
+    def __init__(self, log: Any, code: int = KafkaError._TIMED_OUT, fatal: bool = False) -> None:
         super().__init__(log)
-        self.code = code
+        self.code, self.fatal = code, fatal
         self.timeouts: list[float] = []
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
         self.timeouts.append(timeout)
-        raise KafkaException(KafkaError(self.code))
+        raise KafkaException(KafkaError(self.code, fatal=self.fatal))
 
 
 def test_watermarks_that_time_out_until_the_read_times_out_are_an_infrastructure_error(
@@ -158,8 +158,34 @@ def test_watermarks_that_time_out_until_the_read_times_out_are_an_infrastructure
     assert max(reader.timeouts) <= WATERMARK_TRY_S
 
 
-def test_a_watermark_error_other_than_a_timeout_is_not_retried(monkeypatch: Any) -> None:
-    reader = _NoWatermarks({0: []}, KafkaError.UNKNOWN_TOPIC_OR_PART)
+class _Connecting(_Reader):
+    """A fresh reader without metadata: librdkafka answers _ALL_BROKERS_DOWN (after the try's
+    timeout) or _TRANSPORT (at once) until it has connected, here on the third try."""
+
+    def __init__(self, log: Any) -> None:
+        super().__init__(log)
+        self.tries = 0
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+        self.tries += 1
+        if self.tries == 1:
+            raise KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+        if self.tries == 2:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
+        return super().get_watermark_offsets(tp, timeout)
+
+
+def test_a_reader_still_connecting_is_waited_for(monkeypatch: Any) -> None:
+    # Review finding: only _TIMED_OUT was retried, so a takeover during a broker restart gave up
+    # after one 1 s try (the worker exited) instead of waiting up to the read's 30 s.
+    reader = _Connecting({0: [(encode_key(A), _session(A, 4))]})
+    found = _read(monkeypatch, reader, [0])
+    assert reader.tries == 3
+    assert [c.finals_through for c in found[0] if isinstance(c, SessionCheckpoint)] == [4]
+
+
+def test_a_fatal_watermark_error_is_not_retried(monkeypatch: Any) -> None:
+    reader = _NoWatermarks({0: []}, KafkaError._FATAL, fatal=True)
     with pytest.raises(InfrastructureError, match="cannot read the checkpoints of partition 0"):
         _read(monkeypatch, reader, [0])
     assert len(reader.timeouts) == 1

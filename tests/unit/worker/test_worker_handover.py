@@ -349,6 +349,15 @@ def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_a
     worker._shutdown()
     assert {tp.partition for tp in producer.offsets} <= {0}
     assert "partitions_assigned" not in _types(producer)
+    # The leave revokes both; only the owned one is news.
+    worker._on_revoke(consumer, [TopicPartition("audio.chunks", p) for p in (0, 1)])
+    worker._commit()
+    revoked = [
+        orjson.loads(value)["detail"]["partitions"]
+        for topic, _, value, _ in producer.committed
+        if "events" in topic and orjson.loads(value)["type"] == "partitions_revoked"
+    ]
+    assert revoked == [[0]]
 
 
 def _metadata(**partitions: int) -> Any:
@@ -367,6 +376,28 @@ def test_a_worker_refuses_to_start_when_asr_checkpoints_has_fewer_partitions() -
         worker._check_checkpoint_partitions()
     worker._consumer.list_topics = lambda **_: _metadata(audio_chunks=12, asr_checkpoints=12)  # type: ignore[attr-defined]
     worker._check_checkpoint_partitions()
+
+
+def test_a_worker_started_before_asr_checkpoints_existed_checks_at_its_first_assignment() -> None:
+    # Review finding: the check at start found no asr.checkpoints (the topics Job still
+    # running) and was never made again, so partitions beyond the count were taken.
+    worker, _ = _worker(ManualClock(1_000_000))
+    consumer = worker._consumer = _StickyPauseConsumer()
+    consumer.list_topics = lambda **_: _metadata(audio_chunks=24)  # type: ignore[attr-defined]
+    worker._check_checkpoint_partitions()  # at start: nothing to compare yet
+    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    consumer.list_topics = lambda **_: _metadata(audio_chunks=24, asr_checkpoints=12)  # type: ignore[attr-defined]
+    with pytest.raises(InfrastructureError, match=r"has 12 partitions but audio\.chunks has 24"):
+        worker._on_assign(consumer, [TopicPartition("audio.chunks", 3)])
+
+
+def test_the_transactional_producer_is_served_at_every_iteration() -> None:
+    # Review finding: with a logger, its librdkafka lines queue until served, and a worker with
+    # nothing to commit (a standby) never opened a transaction that would serve them.
+    worker, producer = _worker(ManualClock(1_000_000))
+    worker._iteration()
+    worker._iteration()
+    assert producer.polls == 2  # type: ignore[attr-defined]
 
 
 def test_a_partition_beyond_the_checkpoint_partitions_stops_the_worker_before_it_is_owned() -> None:

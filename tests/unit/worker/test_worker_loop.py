@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,10 @@ class _Producer:
     def commit_transaction(self, *_: Any) -> None:
         self.committed += self._open
 
+    def poll(self, *_: Any) -> int:
+        self.polls = getattr(self, "polls", 0) + 1
+        return 0
+
 
 class _Consumer:
     """Hands out ``queue`` in poll batches, nothing while paused."""
@@ -135,6 +140,9 @@ class _Consumer:
 
     def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
         return 0, 0
+
+    def list_topics(self, *_: Any, **__: Any) -> Any:
+        return SimpleNamespace(topics={})  # no topics yet: the partition-count check waits
 
 
 class _Partials:
