@@ -34,6 +34,7 @@ __all__ = [
     "number",
     "optional",
     "optional_non_negative",
+    "optional_number",
     "parse_final",
 ]
 
@@ -125,6 +126,10 @@ def non_empty(data: Mapping[str, Any], name: str) -> str:
 
 def number(data: Mapping[str, Any], name: str) -> float:
     return float(field(data, name, (int, float)))
+
+
+def optional_number(data: Mapping[str, Any], name: str) -> float | None:
+    return None if data.get(name) is None else number(data, name)
 
 
 def a_list(data: Mapping[str, Any], name: str) -> list[Any]:

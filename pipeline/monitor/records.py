@@ -28,6 +28,7 @@ from pipeline.contracts.reading import (
     number,
     optional,
     optional_non_negative,
+    optional_number,
     parse_final,
 )
 from pipeline.qa.rules import Evidence, Outcome, RuleKind, RuleResult
@@ -164,7 +165,7 @@ def _channel_stats(data: Any) -> ChannelStats:
         utterances=non_negative(item, "utterances"),
         words=non_negative(item, "words"),
         talk_ms=non_negative(item, "talk_ms"),
-        words_per_minute=number(item, "words_per_minute"),
+        words_per_minute=optional_number(item, "words_per_minute"),
         first_speech_ms=optional_non_negative(item, "first_speech_ms"),
         last_speech_ms=optional_non_negative(item, "last_speech_ms"),
     )

@@ -16,6 +16,11 @@ inserted word, and a three-word phrase must be exact up to similar spellings. Th
 semi-global: the whole phrase against any stretch of the transcript (Sellers' algorithm), so a
 phrase is found inside a longer utterance; cost is O(phrase words × transcript words).
 
+A match never adds or drops a negation: the stretch must hold as many negation words
+(``NEGATIONS``: ``not``, ``never``, ``don't``…) as the phrase, or it is no match, whatever its
+score ("this call may not be recorded" is not the disclosure "this call may be recorded", and
+"that's my problem" is not the forbidden "that's not my problem").
+
 A match never spans a pause longer than ``MAX_WORD_GAP_MS`` (``pause_runs``): a channel's words
 are one stream across its utterances, so that a phrase split over two finals (an endpoint in a
 short pause, or the other side saying "okay" between) is still found, but words said minutes
@@ -34,6 +39,7 @@ from pipeline.text import replace_non_word
 
 __all__ = [
     "MAX_WORD_GAP_MS",
+    "NEGATIONS",
     "MatchOptions",
     "PhraseMatch",
     "Token",
@@ -50,6 +56,21 @@ MAX_WORD_GAP_MS = 2000
 """The longest pause, from one word's end to the next word's start, that one match may span.
 Longer than an utterance's endpoint silence (800 ms by default: a phrase split over two finals
 of one speaker has at least that pause in it), far shorter than a change of topic."""
+
+
+NEGATIONS = frozenset(
+    {
+        "not", "no", "never", "nor", "neither", "nobody", "nothing", "none", "nowhere", "cannot",
+        "cant", "dont", "doesnt", "didnt", "wont", "wouldnt", "shouldnt", "couldnt", "mustnt",
+        "isnt", "arent", "wasnt", "werent", "havent", "hasnt", "hadnt", "aint",
+    }
+)  # fmt: skip
+"""Words (normalized: apostrophes dropped) that turn a phrase's meaning around; one more or
+one fewer in a stretch than in the phrase makes it no match."""
+
+
+def _negations(words: Sequence[str]) -> int:
+    return sum(word in NEGATIONS for word in words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +223,8 @@ def find_phrase(
     max_gap_ms: int = MAX_WORD_GAP_MS,
 ) -> list[PhraseMatch]:
     """Every non-overlapping match of ``phrase`` in ``tokens`` (in time order), left to right;
-    none spans a pause longer than ``max_gap_ms`` (``pause_runs``).
+    none spans a pause longer than ``max_gap_ms`` (``pause_runs``), none holds more or fewer
+    negation words than the phrase (``NEGATIONS``).
 
     An empty phrase (nothing left after normalization) matches nothing.
     """
@@ -211,6 +233,7 @@ def find_phrase(
     if not phrase_words:
         return []
     words = [token.norm for token in tokens]
+    phrase_negations = _negations(phrase_words)
     matches: list[PhraseMatch] = []
     for run in pause_runs(tokens, max_gap_ms):
         begin = run.start
@@ -218,6 +241,9 @@ def find_phrase(
             match = _best_match_from(phrase_words, words, begin, run.stop, chosen)
             if match is None:
                 break
+            if _negations(words[match.first : match.last + 1]) != phrase_negations:
+                begin = match.first + 1  # the meaning turned around: look further on
+                continue
             matches.append(match)
             begin = match.last + 1
     return matches

@@ -7,7 +7,8 @@ Definitions (all times are audio milliseconds from the call's first sample, as i
   of a final also holds the endpoint's trailing silence; the speech span does not, which is what
   makes it comparable with reference turn timings.
 - **talk time** of a channel: the length of the union of its utterances' speech spans.
-- **words per minute** of a channel: its words / its talk time.
+- **words per minute** of a channel: its words / its talk time; ``None`` below
+  ``MIN_RATE_TALK_MS`` of talk (one "Yes." timed at 40 ms would be 1,500 words per minute).
 - **speech**: the union of every channel's speech spans; **silence** = duration - speech;
   **silence ratio** = silence / duration (``null`` for a call without audio).
 - **duration**: the longest channel audio reported by ``session_ended`` events
@@ -15,8 +16,10 @@ Definitions (all times are audio milliseconds from the call's first sample, as i
 - **overlap** (talk-over): every stretch where two or more channels' talk-time unions intersect.
 - **longest gap**: the longest silence between two stretches of speech (any channel).
 - **turn**: a maximal run of consecutive utterances (ordered by speech start) of one channel.
-- **monologue**: a turn cut wherever the same speaker pauses ``monologue_max_gap_ms`` or longer;
-  the longest monologue is the longest such stretch.
+- **monologue**: one speaker's stretch of speech, cut wherever that speaker pauses
+  ``monologue_max_gap_ms`` or longer, or another speaker says something not wholly inside the
+  stretch so far (a back-channel, "uh-huh" while the agent talks, does not cut it; it still makes
+  a turn); the longest monologue is the longest such stretch.
 - **keywords**: non-overlapping occurrences of each keyword's normalized words, per channel; the
   words of a keyword of several words follow each other without a pause longer than
   ``MAX_WORD_GAP_MS`` (they may lie in two utterances). Words compare exactly after
@@ -79,6 +82,10 @@ class EndReason(enum.StrEnum):
     """No record for the call for the app's idle timeout (wall clock)."""
 
 
+MIN_RATE_TALK_MS = 5_000
+"""A channel's words per minute needs this much talk time; below it the rate is ``None``."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallMeta:
     """What the summary needs beyond the finals: lifecycle facts from events and publication."""
@@ -109,7 +116,7 @@ class ChannelStats:
     utterances: int
     words: int
     talk_ms: int
-    words_per_minute: float
+    words_per_minute: float | None  # None below MIN_RATE_TALK_MS of talk
     first_speech_ms: int | None
     last_speech_ms: int | None
 
@@ -349,24 +356,32 @@ def _turns(ordered: Sequence[Final]) -> list[list[Final]]:
     return turns
 
 
-def _longest_monologue(turns: Sequence[Sequence[Final]], max_gap_ms: int) -> Monologue | None:
+def _longest_monologue(ordered: Sequence[Final], max_gap_ms: int) -> Monologue | None:
+    """The longest stretch of one speaker (``ordered``: by speech start), cut where that
+    speaker pauses ``max_gap_ms`` or longer, or where another speaker says something that is
+    not wholly inside the stretch so far: a back-channel ("uh-huh" while the agent talks) does
+    not end a monologue; it is still a turn of its own."""
     best: Monologue | None = None
-    for turn in turns:
-        runs: list[list[Final]] = []
-        run_end_ms = 0
-        for final in turn:
-            start_ms, end_ms = speech_span(final)
-            if not runs or start_ms - run_end_ms >= max_gap_ms:
-                runs.append([final])
-                run_end_ms = end_ms
-            else:
-                runs[-1].append(final)
-                run_end_ms = max(run_end_ms, end_ms)
-        for run in runs:
-            start_ms = speech_span(run[0])[0]
-            end_ms = max(speech_span(final)[1] for final in run)
-            if best is None or end_ms - start_ms > best.duration_ms:
-                best = Monologue(run[0].channel, start_ms, end_ms, end_ms - start_ms, len(run))
+    run: list[Final] = []
+    run_start_ms = run_end_ms = 0
+
+    def close() -> None:
+        nonlocal best
+        if run and (best is None or run_end_ms - run_start_ms > best.duration_ms):
+            duration_ms = run_end_ms - run_start_ms
+            best = Monologue(run[0].channel, run_start_ms, run_end_ms, duration_ms, len(run))
+
+    for final in ordered:
+        start_ms, end_ms = speech_span(final)
+        if run and final.channel == run[0].channel and start_ms - run_end_ms < max_gap_ms:
+            run.append(final)
+            run_end_ms = max(run_end_ms, end_ms)
+            continue
+        if run and final.channel != run[0].channel and end_ms <= run_end_ms:
+            continue  # a back-channel, said while the speaker talks
+        close()
+        run, run_start_ms, run_end_ms = [final], start_ms, end_ms
+    close()
     return best
 
 
@@ -379,7 +394,9 @@ def _channel_stats(channel: str, finals: Sequence[Final]) -> ChannelStats:
         utterances=len(finals),
         words=words,
         talk_ms=talk_ms,
-        words_per_minute=round(words * 60_000 / talk_ms, 1) if talk_ms else 0.0,
+        words_per_minute=(
+            round(words * 60_000 / talk_ms, 1) if talk_ms >= MIN_RATE_TALK_MS else None
+        ),
         first_speech_ms=spans[0][0] if spans else None,
         last_speech_ms=spans[-1][1] if spans else None,
     )
@@ -461,7 +478,7 @@ def summarize(meta: CallMeta, finals: Iterable[Final], rules: QaRules) -> CallSu
             )
             for turn in turns
         ),
-        longest_monologue=_longest_monologue(turns, rules.monologue_max_gap_ms),
+        longest_monologue=_longest_monologue(spoken, rules.monologue_max_gap_ms),
         keywords=tuple(keywords),
         compliance=compliance,
         compliance_passed=passed,

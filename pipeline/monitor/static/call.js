@@ -194,7 +194,11 @@ function talkTable(qa) {
       el("th", { scope: "row" }, channelLabel(channel.channel)),
       el("td", { class: "num" }, duration(channel.talk_ms)),
       el("td", { class: "num" }, String(channel.words)),
-      el("td", { class: "num" }, String(Math.round(channel.words_per_minute))),
+      el(
+        "td",
+        { class: "num" },
+        channel.words_per_minute == null ? "—" : String(Math.round(channel.words_per_minute)),
+      ),
     ),
   );
   return el("table", {}, el("caption", { class: "visually-hidden" }, "Talk time per channel"), el("thead", {}, head), el("tbody", {}, rows));

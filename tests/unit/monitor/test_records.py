@@ -126,6 +126,7 @@ def test_a_qa_summary_reads_back_into_the_qa_apps_own_dataclasses() -> None:
         said("c1", "agent", 1, "that's not my problem", 8000),
     ]
     summary = summary_of("c1", finals)
+    assert summary.channels[1].words_per_minute is None  # the customer: under 5 s of talk
     value = summary_json(summary)
     validate("qa_call", orjson.loads(value))
     assert parse_qa_call(value) == summary

@@ -75,6 +75,30 @@ def test_one_inserted_or_missing_word_is_tolerated() -> None:
     assert matched("yes this call be recorded today") == ["this call be recorded"]
 
 
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ("this call may not be recorded", PHRASE),  # an inserted word, score 0.8, meaning flipped
+        ("this call will never be recorded", PHRASE),
+        ("well that's my problem now", "that's not my problem"),  # the negation dropped
+        ("sorry i can't help you with that", "i can help you with that"),
+    ],
+)
+def test_a_stretch_that_adds_or_drops_a_negation_is_no_match(text: str, phrase: str) -> None:
+    # Review finding: "this call may not be recorded" passed the recording disclosure.
+    assert matched(text, phrase) == []
+
+
+def test_a_negated_phrase_matches_its_negated_speech() -> None:
+    assert matched("no that's not my problem sir", "that's not my problem") == [
+        "that's not my problem"
+    ]
+    # The negated stretch is skipped, the plain one after it still found.
+    assert matched("this call may not be recorded this call may be recorded") == [
+        "this call may be recorded"
+    ]
+
+
 def test_a_misspelled_word_costs_only_its_character_distance() -> None:
     found = find_phrase(PHRASE, tokens("this call may be recorder"))
     assert found[0].score == pytest.approx(1 - 0.125 / 5)

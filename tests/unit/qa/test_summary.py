@@ -70,6 +70,16 @@ def test_channel_talk_time_utterances_words_and_rate() -> None:
     assert (customer.utterances, customer.words) == (2, 7)
 
 
+def test_a_rate_over_a_few_words_is_no_rate() -> None:
+    # Review finding: one "Yes." timed at 40 ms made 1,500 words per minute.
+    short = final("customer", 0, "yes", 0, word_ms=40)
+    [stats] = summarize(CallMeta(CALL), [short], DEFAULT_RULES).channels
+    assert (stats.words, stats.talk_ms, stats.words_per_minute) == (1, 40, None)
+    long = final("customer", 0, " ".join(["word"] * 11), 0)  # 0-5400
+    [stats] = summarize(CallMeta(CALL), [long], DEFAULT_RULES).channels
+    assert stats.words_per_minute == round(11 * 60_000 / 5400, 1)
+
+
 def test_overlapping_utterances_of_one_channel_count_once_in_talk_time() -> None:
     overlapping = final("agent", 5, "same time", 1500)  # 1500-2400, inside AGENT_0
     summary = summarize(ENDED, [AGENT_0, overlapping], DEFAULT_RULES)
@@ -121,6 +131,24 @@ def test_turns_follow_speech_start_order() -> None:
         ("agent", 12_000, 12_400, ("call-1:agent:2",)),
         ("customer", 12_200, 13_100, ("call-1:customer:1",)),
     ]
+
+
+def test_a_back_channel_inside_the_speaker_s_talk_does_not_cut_the_monologue() -> None:
+    # Review finding: a customer "uh-huh" inside a 10 s agent utterance halved the agent's
+    # monologue (turns follow speech starts, and the monologue followed the turns).
+    finals = [
+        final("agent", 0, " ".join(["word"] * 20), 0),  # 0-9900
+        final("customer", 0, "uh-huh", 4000),  # 4000-4400: inside the agent's speech
+        final("agent", 1, " ".join(["word"] * 19), 10_400),  # 10400-19800, pause 500
+        final("customer", 1, "okay so what now", 21_000),  # after it: a turn, cuts
+    ]
+    summary = summarize(CallMeta(CALL), finals, DEFAULT_RULES)
+    assert summary.longest_monologue == Monologue("agent", 0, 19_800, 19_800, 2)
+    assert [t.speaker for t in summary.turns] == ["agent", "customer", "agent", "customer"]
+    overlapping = [*finals[:1], final("customer", 0, "wait wait wait", 9_000), *finals[2:]]
+    assert summarize(CallMeta(CALL), overlapping, DEFAULT_RULES).longest_monologue == Monologue(
+        "agent", 0, 9_900, 9_900, 1
+    )  # the customer talked past the agent's end: a turn taken, the monologue cut there
 
 
 def test_longest_monologue_splits_at_long_same_speaker_pauses() -> None:
