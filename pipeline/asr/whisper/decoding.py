@@ -554,11 +554,18 @@ def decode(
     biased = any(bias is not None for bias in item_biases)
     next_positions = torch.from_numpy(prompt.lengths).to(model.device)[:, None]
     for step in range(prompt.max_new):
+        bias_added = None
         if biased:
+            unbiased = logits.clone()
             _apply_biases(logits, hypotheses.active, item_biases, hypotheses.text_so_far)
+            bias_added = logits - unbiased
         filters.apply(logits, step)
         next_tokens = logits.argmax(dim=-1)
-        next_logprobs = logits.log_softmax(dim=-1).gather(1, next_tokens[:, None])[:, 0]
+        # Hotwords choose the token; its log-prob is the model's own, so that the confidence
+        # the hallucination guards read is not raised by the bias (a boosted name on hold
+        # music passed the low-logprob and no-speech guards). Suppressed entries stay -inf.
+        scored = logits if bias_added is None else logits - bias_added
+        next_logprobs = scored.log_softmax(dim=-1).gather(1, next_tokens[:, None])[:, 0]
         chosen = torch.stack([next_tokens.double(), next_logprobs.double()]).cpu().numpy()
         finished = hypotheses.record(step, chosen[0].astype(np.int64), chosen[1])
         if step == prompt.max_new - 1:

@@ -8,6 +8,7 @@ tests/integration/test_whisper_parity.py.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -129,6 +130,22 @@ def test_bias_sees_text_so_far_and_steers_decoding(model: WhisperModel) -> None:
     assert result.compression_ratio == compression_ratio(result.text)
 
 
+def test_a_bias_chooses_tokens_but_does_not_raise_their_log_probabilities(
+    model: WhisperModel,
+) -> None:
+    # Review finding: log-probs came from the biased logits, so a hotword made text on hold
+    # music look confident and pass the low-logprob and no-speech guards.
+    word = model.tokenizer.encode(" yes")[0]
+    options = dataclasses.replace(NO_GUARDS, max_new_tokens=4)
+    (forced,) = decode(model, [mel(100, 6)], options, biases=[ForceTokens([word])])
+    assert forced.tokens == (word,) * 4
+    # The model's own log-probs of a token it would not choose (a random model: about
+    # -log(vocabulary) each), not the ~0 of the 1e4 boost.
+    assert max(forced.token_logprobs) < -2.0
+    (plain,) = decode(model, [mel(100, 6)], options)
+    assert forced.no_speech_prob == plain.no_speech_prob
+
+
 def test_suppressed_and_special_tokens_are_never_emitted(model: WhisperModel) -> None:
     tok = model.tokenizer
     forbidden = [tok.sot_prev, tok.timestamp_begin + 3, 7]
@@ -151,7 +168,8 @@ def test_first_step_cannot_end_without_a_prefix(model: WhisperModel) -> None:
     assert committed.tokens == ()
     assert committed.stop_reason is StopReason.END_OF_TEXT
     assert committed.text == "all said"
-    assert -1e-3 < committed.avg_logprob <= 0.0
+    # The model's own log-prob of that end-of-text, not the ~0 of the forcing bias.
+    assert -math.inf < committed.avg_logprob < -1.0
 
 
 def test_repeated_token_is_cut_back_to_one(model: WhisperModel) -> None:
