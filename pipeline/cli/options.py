@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 from pipeline.settings import Settings, load_settings, mask_url_passwords, validate_settings
@@ -60,7 +63,7 @@ def add_env_option(
         default = _from_env(env, os.environ[env], kwargs)
     shown = f" (env {env}" + (
         f"; default {mask_url_passwords(repr(default))})"
-        if default not in (None, False) and not isinstance(default, InvalidEnv)
+        if default is not None and default is not False and not isinstance(default, InvalidEnv)
         else ")"
     )
     parser.add_argument(*flags, default=default, help=help + shown, **kwargs)
@@ -145,3 +148,19 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if args.topic_prefix is not None:
         kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)
     return validate_settings(dataclasses.replace(settings, kafka=kafka))
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within: SIGTERM (``docker stop``, ``timeout``, a pod stopping) raises KeyboardInterrupt
+    as Ctrl-C does, so that a producing command ends its open calls (end-of-stream on every
+    channel) instead of leaving them to the workers' idle timeout; exit status 130."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

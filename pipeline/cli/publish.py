@@ -9,6 +9,7 @@ so what reaches the topic is always the recording's own samples.
 from __future__ import annotations
 
 import argparse
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.audio.files import read_call_audio
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, settings_from_args, sigterm_as_interrupt
 from pipeline.contracts import Encoding
 from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
 from pipeline.errors import ConfigError
@@ -24,7 +25,7 @@ from pipeline.producer import AudioPublisher, CallStream, CallSummary
 from pipeline.producer.chunking import chunk_samples, to_int16
 from pipeline.producer.pacing import Pacer
 
-__all__ = ["load_frames", "register"]
+__all__ = ["default_call_id", "load_frames", "register"]
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +34,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("file", type=Path, metavar="FILE", help="mono or stereo audio file")
     add_env_option(
-        parser, "--call-id", env="STREAMSCRIBE_CALL_ID", help="call id (record key)", metavar="ID"
+        parser,
+        "--call-id",
+        env="STREAMSCRIBE_CALL_ID",
+        help="call id (record key); default: the file's name and a random suffix, printed. It "
+        "must be new: workers drop the chunks of a call id that ended within the last hour "
+        "(STREAMSCRIBE_ENDED_RETENTION_MS) as duplicates",
+        metavar="ID",
     )
     add_common_publish_options(parser)
     add_env_option(
@@ -92,16 +99,27 @@ def load_frames(path: Path) -> tuple[int, tuple[str, ...], npt.NDArray[np.int16]
     return audio.sample_rate_hz, tuple(audio.channels), np.stack(columns, axis=1)
 
 
+def default_call_id(path: Path) -> str:
+    """A new call id for a file: its name (cut to fit the key's limit) and 8 random hex digits,
+    so that publishing a file again is a new call, not duplicates of the last one."""
+    stem = path.stem.encode()[:96].decode(errors="ignore") or "call"
+    return f"{stem}-{secrets.token_hex(4)}"
+
+
 def _publish(args: argparse.Namespace) -> int:
-    if not args.call_id:
-        raise ConfigError("--call-id is required (or STREAMSCRIBE_CALL_ID)")
+    with sigterm_as_interrupt():
+        return _publish_file(args)
+
+
+def _publish_file(args: argparse.Namespace) -> int:
+    call_id = args.call_id or default_call_id(args.file)
     settings = settings_from_args(args)
     sample_rate_hz, channels, frames = load_frames(args.file)
     chunk_ms = settings.publisher.chunk_ms if args.chunk_ms is None else args.chunk_ms
     with (
         AudioPublisher.connect(settings) as publisher,
         publisher.open_call(
-            args.call_id,
+            call_id,
             tenant=args.tenant,
             channels=channels,
             sample_rate_hz=sample_rate_hz,

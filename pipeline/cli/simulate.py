@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, settings_from_args, sigterm_as_interrupt
 from pipeline.cli.publish import add_common_publish_options, load_frames
 from pipeline.contracts import AudioChunk, Encoding
 from pipeline.errors import ConfigError, PublishError, StreamscribeError
@@ -276,6 +276,11 @@ class _Run:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    with sigterm_as_interrupt():
+        return _simulate_load(args)
+
+
+def _simulate_load(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     sources = _load_sources(args.audio_dir)
     if not 0 < args.duration_s < math.inf:

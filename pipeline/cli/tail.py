@@ -245,12 +245,12 @@ def _tail(args: argparse.Namespace) -> int:
     prefix = settings.kafka.topic_prefix
     partials_topic = topic_name(TopicRole.PARTIALS, prefix)
     finals_topic = topic_name(TopicRole.FINALS, prefix)
+    wanted_key = _call_key(args.call) if args.call else None
     consumer = new_consumer(_tail_consumer_config(settings, args.from_beginning))
     stdout = sys.stdout
     tty = stdout.isatty()
     size = shutil.get_terminal_size()
     view = TailView(stdout, as_json=args.json, tty=tty, width=size.columns, height=size.lines)
-    wanted_key = args.call.encode() if args.call else None
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
     shown = 0
     try:
@@ -298,3 +298,12 @@ def _tail(args: argparse.Namespace) -> int:
     finally:
         view.close()
         consumer.close()
+
+
+def _call_key(call_id: str) -> bytes:
+    """The record key of ``--call``; ConfigError for text that is no UTF-8 (a byte the shell
+    passed undecoded), which no call id can be."""
+    try:
+        return call_id.encode()
+    except UnicodeEncodeError:
+        raise ConfigError(f"--call {call_id!r} is not valid UTF-8 text") from None

@@ -51,6 +51,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--no-partials", action="store_true", help="print finals only (partials are not decoded)"
     )
+    add_env_option(
+        parser,
+        "--tenant",
+        env="STREAMSCRIBE_TENANT",
+        help="tenant whose endpoint rules apply (STREAMSCRIBE_TENANT_ENDPOINTS), as for a call "
+        "published with it",
+        metavar="ID",
+    )
     parser.set_defaults(handler=_transcribe)
 
 
@@ -76,6 +84,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.chunk_ms <= 0:
         raise ConfigError(f"--chunk-ms must be positive, got {args.chunk_ms}")
     settings = settings_from_args(args)
+    tenant = args.tenant or settings.publisher.tenant
     calls = _load(args.files)
     asr = settings.asr
     if args.no_partials:
@@ -101,6 +110,7 @@ def _transcribe(args: argparse.Namespace) -> int:
                     SessionKey(call.call_id, channel),
                     samples[first:last],
                     rate,
+                    tenant=tenant,
                     capture_ms=started_ms + position_ms if args.realtime else None,
                     end_of_stream=last >= len(samples),
                 )

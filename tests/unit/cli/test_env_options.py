@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from pipeline.cli import main
+from pipeline.cli import build_parser, main
 from pipeline.cli.options import InvalidEnv, add_env_option, invalid_env
 
 
@@ -68,3 +68,11 @@ def test_help_and_errors_hide_the_password_of_a_url(monkeypatch: pytest.MonkeyPa
     assert parser.parse_args([]).url == "rediss://svc:hunter2@redis:6380/0"  # used as given
     held = InvalidEnv("SS_TEST_URL", "redis://:hunter2@redis:x/0", "bad port")
     assert held.message() == "SS_TEST_URL='redis://:***@redis:x/0': bad port"
+
+
+def test_help_shows_a_default_of_zero() -> None:
+    # Review finding: 0 == False hid "default 0" (simulate's --seed and --bad-rate).
+    simulate = build_parser()._subparsers._group_actions[0].choices["simulate"]  # type: ignore[union-attr]
+    helps = {action.dest: action.help or "" for action in simulate._actions}
+    assert helps["seed"].endswith("default 0)")
+    assert helps["bad_rate"].endswith("default 0.0)")

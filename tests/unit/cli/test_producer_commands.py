@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -9,7 +11,8 @@ import pytest
 import soundfile
 
 from pipeline.cli import main
-from pipeline.cli.publish import load_frames
+from pipeline.cli.options import sigterm_as_interrupt
+from pipeline.cli.publish import default_call_id, load_frames
 from tests.unit.cli.errors import NO_BROKER, one_error_line
 
 
@@ -40,15 +43,27 @@ def test_publish_refuses_unsupported_files(
     assert match in one_error_line(capsys)
 
 
-def test_publish_needs_a_call_id_and_a_readable_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv("STREAMSCRIBE_CALL_ID", raising=False)
-    path = _wav(tmp_path / "ok.wav", 16000, 1)
-    assert main([*NO_BROKER, "publish", str(path)]) == 2
-    assert "--call-id is required" in one_error_line(capsys)
+def test_publish_needs_a_readable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*NO_BROKER, "publish", str(tmp_path / "missing.wav"), "--call-id", "c"]) == 2
     assert "cannot read audio file" in one_error_line(capsys)
+
+
+def test_publishing_a_file_again_without_a_call_id_is_a_new_call(tmp_path: Path) -> None:
+    # Review finding: the same --call-id again within an hour was dropped by the workers as
+    # duplicates of the ended call while publish reported success; the default id is new.
+    path = tmp_path / "billing call.wav"
+    first, second = default_call_id(path), default_call_id(path)
+    assert first != second
+    assert first.startswith("billing call-")
+    assert len(default_call_id(tmp_path / ("é" * 200 + ".wav")).encode()) <= 128
+
+
+def test_sigterm_ends_a_producing_command_like_ctrl_c() -> None:
+    # Review finding: `docker stop` / `timeout` killed publish and simulate without the
+    # end-of-stream records, leaving their calls to the workers' idle timeout.
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_simulate_needs_usable_audio(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -116,6 +116,14 @@ def test_compare_gate_from_the_environment(
     assert main(["compare", str(base), str(worse)]) == 1
 
 
+def test_a_tail_call_id_that_is_no_text_is_a_user_mistake(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Review finding: a byte the shell passed undecoded crashed tail (exit 70).
+    assert main([*NO_BROKER, "tail", "--call", "\udcff"]) == 2
+    assert "--call '\\udcff' is not valid UTF-8 text" in one_error_line(capsys)
+
+
 def test_a_compare_that_crashes_is_not_taken_for_a_regression(
     runs: tuple[Path, Path, Path],
     monkeypatch: pytest.MonkeyPatch,

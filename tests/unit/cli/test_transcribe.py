@@ -21,9 +21,11 @@ class _Engine:
     def __init__(self) -> None:
         self.sessions: dict[SessionKey, object] = {}
         self.capture_ms: list[int | None] = []
+        self.tenants: set[str] = set()
 
     def accept(self, key: SessionKey, samples: Any, rate: int, **chunk: Any) -> None:
         self.capture_ms.append(chunk["capture_ms"])
+        self.tenants.add(chunk["tenant"])
 
     def step(self) -> list[object]:
         return []
@@ -63,6 +65,21 @@ def test_without_realtime_nothing_waits(tmp_path: Path, engine: _Engine) -> None
     assert main(["transcribe", "--chunk-ms", "100", str(path)]) == 0
     assert _Pacer.offsets_ms == [0]  # the anchor returns at once
     assert engine.capture_ms == [None] * 5
+
+
+def test_the_tenant_s_endpoint_rules_apply_as_in_the_worker(
+    tmp_path: Path, engine: _Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Review finding: transcribe always fed tenant "default", so a tenant's endpoint rules
+    # (STREAMSCRIBE_TENANT_ENDPOINTS) split its calls otherwise than the worker did.
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(1600, np.int16), 16000, subtype="PCM_16")
+    assert main(["transcribe", "--tenant", "acme", str(path)]) == 0
+    assert engine.tenants == {"acme"}
+    engine.tenants.clear()
+    monkeypatch.setenv("STREAMSCRIBE_TENANT", "globex")
+    assert main(["transcribe", str(path)]) == 0
+    assert engine.tenants == {"globex"}
 
 
 @pytest.mark.parametrize(
