@@ -69,6 +69,7 @@ BENCHMARKS = (
         "e2e", "end to end through Kafka; kill -9 recovery", needs_kafka=True, args=TWO_THREADS
     ),
     Benchmark("hotwords", "hotword biasing: recall, false insertions, cost", needs_redis=True),
+    Benchmark("hotword_catalog", "hotword lists at scale: what a list change costs a worker"),
     Benchmark("denoise", "RNNoise before the engine: WER with and without, cost", in_quick=False),
     Benchmark(
         "peer_sweep",

@@ -20,6 +20,7 @@ any more are dropped (old snapshots that readers still hold keep theirs alive un
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,6 +83,8 @@ class HotwordCatalog:
         self._prior = prior or BpeRankPrior()
         self._weights = weights or BiasWeights()
         self._tries: dict[tuple[Hotword, ...], TrieBias | None] = {}
+        # How many lists hold each entries tuple: a trie is dropped when its last list goes.
+        self._users: Counter[tuple[Hotword, ...]] = Counter()
         self._write_lock = threading.Lock()
         self._snapshot = CatalogSnapshot()
 
@@ -141,26 +144,32 @@ class HotwordCatalog:
         return self.apply(gone, replace_all=False) if gone else []
 
     def apply(self, updates: Iterable[HotwordList], *, replace_all: bool) -> list[ListRef]:
-        """Apply list updates in one new snapshot; returns the refs whose entries changed."""
+        """Apply list updates in one new snapshot; returns the refs whose entries changed.
+
+        Without ``replace_all`` only the updated refs are compared and re-counted (a notice
+        costs the copy of the list table, not a pass over every list: every worker holds every
+        call list).
+        """
         with self._write_lock:
             current = self._snapshot
             lists = {} if replace_all else dict(current.lists)
+            touched: set[ListRef] = set()
             for update in updates:
+                touched.add(update.ref)
                 if update.entries:
                     lists[update.ref] = update
                 else:
                     lists.pop(update.ref, None)
+            candidates = set(lists) | set(current.lists) if replace_all else touched
             changed = sorted(
                 (
                     ref
-                    for ref in set(lists) | set(current.lists)
+                    for ref in candidates
                     if _entries(lists.get(ref)) != _entries(current.lists.get(ref))
                 ),
                 key=lambda ref: ref.sort_key,
             )
-            expiry_changed = any(
-                lists.get(ref) != current.lists.get(ref) for ref in set(lists) | set(current.lists)
-            )
+            expiry_changed = any(lists.get(ref) != current.lists.get(ref) for ref in candidates)
             if not changed and not expiry_changed:
                 return []
             biases = self._rebuild(current.biases, lists, changed)
@@ -169,9 +178,23 @@ class HotwordCatalog:
                 lists=MappingProxyType(lists),
                 biases=MappingProxyType(biases),
             )
-            in_use = {item.entries for item in lists.values()}
-            self._tries = {key: bias for key, bias in self._tries.items() if key in in_use}
+            if replace_all:
+                self._users = Counter(item.entries for item in lists.values())
+                self._tries = {k: b for k, b in self._tries.items() if k in self._users}
+            else:
+                for ref in touched:
+                    self._count_user(current.lists.get(ref), lists.get(ref))
             return changed
+
+    def _count_user(self, old: HotwordList | None, new: HotwordList | None) -> None:
+        """One list went from ``old`` to ``new``: move its count, drop a trie left unused."""
+        if new is not None:  # first: a list whose expiry alone changed keeps its trie
+            self._users[new.entries] += 1
+        if old is not None:
+            self._users[old.entries] -= 1
+            if self._users[old.entries] <= 0:
+                del self._users[old.entries]
+                self._tries.pop(old.entries, None)
 
     def _rebuild(
         self,
@@ -181,6 +204,12 @@ class HotwordCatalog:
     ) -> dict[ListRef, HotwordBias | None]:
         dirty_tenants = {ref.tenant for ref in changed if ref.call_id is None}
         dirty_calls = {ref for ref in changed if ref.call_id is not None}
+        if not dirty_tenants:  # call lists only (a notice): the others' biases stand as they are
+            kept = {ref: bias for ref, bias in old.items() if ref in lists}
+            for ref in dirty_calls:
+                if ref in lists:
+                    kept[ref] = self._layer_call(ref, lists)
+            return kept
         biases: dict[ListRef, HotwordBias | None] = {}
         # Tenants first: their calls are laid over them.
         for ref in sorted(lists, key=lambda r: r.call_id is not None):
@@ -189,10 +218,13 @@ class HotwordCatalog:
             elif ref.call_id is None:
                 biases[ref] = self._trie(lists[ref].entries)
             else:
-                tenant_list = lists.get(ListRef(ref.tenant))
-                tenant_entries = tenant_list.entries if tenant_list else ()
-                biases[ref] = self._call_bias(tenant_entries, lists[ref].entries)
+                biases[ref] = self._layer_call(ref, lists)
         return biases
+
+    def _layer_call(self, ref: ListRef, lists: Mapping[ListRef, HotwordList]) -> HotwordBias | None:
+        tenant_list = lists.get(ListRef(ref.tenant))
+        tenant_entries = tenant_list.entries if tenant_list else ()
+        return self._call_bias(tenant_entries, lists[ref].entries)
 
     def _call_bias(
         self, tenant_entries: tuple[Hotword, ...], call_entries: tuple[Hotword, ...]

@@ -150,6 +150,22 @@ def test_a_call_bias_stays_the_same_object_until_its_lists_change() -> None:
     assert catalog.bias_for("acme", "c1") is bias
 
 
+def test_a_trie_two_lists_share_lives_until_the_last_of_them_goes() -> None:
+    # Tries are counted per list (a notice no longer sweeps every list to find the unused).
+    catalog = HotwordCatalog(PieceTokenizer())
+    shared = tenant_of(5)
+    catalog.put(HotwordList(ListRef("acme", "c1"), shared, 10**15))
+    catalog.put(HotwordList(ListRef("acme", "c2"), shared, 10**15))
+    nodes = catalog.trie_nodes
+    catalog.put(HotwordList(ListRef("acme", "c1"), shared, 2 * 10**15))  # a new expiry only
+    assert catalog.trie_nodes == nodes
+    catalog.remove(ListRef("acme", "c1"))
+    assert catalog.trie_nodes == nodes
+    assert catalog.bias_for("acme", "c2") is not None
+    catalog.remove(ListRef("acme", "c2"))
+    assert catalog.trie_nodes == 0
+
+
 def test_tries_of_lists_that_are_gone_are_dropped() -> None:
     catalog = HotwordCatalog(PieceTokenizer())
     catalog.put(HotwordList(ListRef("acme"), tenant_of(50)))
