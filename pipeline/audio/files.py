@@ -32,6 +32,22 @@ class CallAudio:
         return -(-1000 * longest // self.sample_rate_hz)
 
 
+_HEADERLESS_HINTS = {
+    suffix: f" (headerless {name}: give it a header first, e.g. "
+    f"sox -t {kind} -r 8000 in{suffix} out.wav)"
+    for suffix, name, kind in (
+        (".ul", "mu-law", "ul"),
+        (".ulaw", "mu-law", "ul"),
+        (".mulaw", "mu-law", "ul"),
+        (".al", "A-law", "al"),
+        (".alaw", "A-law", "al"),
+        (".raw", "audio", "raw -e signed -b 16 -c 1"),
+        (".pcm", "audio", "raw -e signed -b 16 -c 1"),
+    )
+}
+"""Telephony platforms often export G.711 or PCM without a header, which no reader can guess."""
+
+
 def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
     """Read a mono (channel ``mono``) or stereo (``agent``/``customer``) audio file.
 
@@ -41,11 +57,18 @@ def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
         ConfigError: unreadable file, or more than two channels.
     """
     source = Path(path)
+    if not source.is_file():
+        what = "not a file" if source.exists() else "no such file"
+        raise ConfigError(f"cannot read audio file {source}: {what}")
     try:
-        data, sample_rate_hz = soundfile.read(str(source), dtype="float32", always_2d=True)
+        # Opened here and read from the file object: libsndfile takes a path as UTF-8, so a
+        # name in another encoding (bytes the shell passed undecoded) could not be opened.
+        with source.open("rb") as file:
+            data, sample_rate_hz = soundfile.read(file, dtype="float32", always_2d=True)
     except (OSError, RuntimeError, TypeError, ValueError, soundfile.LibsndfileError) as error:
         # TypeError: a headerless file (.raw), whose rate and format soundfile must be told
-        raise ConfigError(f"cannot read audio file {source}: {error}") from None
+        hint = _HEADERLESS_HINTS.get(source.suffix.lower(), "")
+        raise ConfigError(f"cannot read audio file {source}: {error}{hint}") from None
     if data.shape[1] == 1:
         channels = {MONO_CHANNEL: np.ascontiguousarray(data[:, 0])}
     elif data.shape[1] == 2:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +84,24 @@ def test_a_headerless_file_is_a_one_line_error(tmp_path: Path) -> None:
     path.write_bytes(b"\0" * 640)
     with pytest.raises(ConfigError, match="cannot read audio file"):
         read_call_audio(path)
+
+
+def test_unreadable_files_say_why(tmp_path: Path) -> None:
+    # Review finding: a missing file said "System error.", a folder "Format not recognised.",
+    # and a telephony .ul export gave no hint.
+    with pytest.raises(ConfigError, match=r"missing\.wav: no such file$"):
+        read_call_audio(tmp_path / "missing.wav")
+    with pytest.raises(ConfigError, match=r"not a file$"):
+        read_call_audio(tmp_path)
+    (tmp_path / "leg.ul").write_bytes(b"\xff" * 800)
+    with pytest.raises(ConfigError, match=r"headerless mu-law: .*sox -t ul -r 8000 in\.ul"):
+        read_call_audio(tmp_path / "leg.ul")
+
+
+def test_a_file_named_in_another_encoding_is_read(tmp_path: Path) -> None:
+    # Review finding: libsndfile takes a path as UTF-8, so "café.flac" in Latin-1 was refused.
+    path = os.fsdecode(os.fsencode(tmp_path) + b"/caf\xe9.flac")
+    data = np.zeros(1600, dtype=np.int16)
+    with open(path, "wb") as file:
+        soundfile.write(file, data, 16000, format="FLAC")
+    assert read_call_audio(path).sample_rate_hz == 16000
