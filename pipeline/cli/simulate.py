@@ -160,9 +160,11 @@ def _load_sources(directory: Path | None) -> list[_Source]:
         except ConfigError as error:
             print(f"simulate: skipping {error}", file=sys.stderr)
             continue
-        if len(frames):
-            columns = split_frames(frames, len(channels))
-            sources.append(_Source(path, sample_rate_hz, channels, tuple(columns)))
+        if not len(frames):
+            print(f"simulate: skipping {path}: no audio", file=sys.stderr)
+            continue
+        columns = split_frames(frames, len(channels))
+        sources.append(_Source(path, sample_rate_hz, channels, tuple(columns)))
     if not sources:
         raise ConfigError(f"no usable .wav / .flac files (8/16 kHz, mono/stereo) in {directory}")
     return sources

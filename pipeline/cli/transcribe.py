@@ -98,13 +98,15 @@ def _transcribe(args: argparse.Namespace) -> int:
     pacer.wait_until(0)  # the pace starts now
     position_ms = 0
     longest_ms = max(call.duration_ms for call in calls)
-    while position_ms < longest_ms:
+    while position_ms < longest_ms or position_ms == 0:
         end_ms = position_ms + args.chunk_ms
         for call in calls:
             rate = call.sample_rate_hz
             first, last = position_ms * rate // 1000, end_ms * rate // 1000
             for channel, samples in call.channels.items():
-                if first >= len(samples):
+                # An empty file is a call that ends at once (one empty end-of-stream chunk per
+                # channel, as publish sends it), so it gets its session_ended like any other.
+                if first >= len(samples) and (first or len(samples)):
                     continue
                 engine.accept(
                     SessionKey(call.call_id, channel),

@@ -70,9 +70,11 @@ def test_simulate_needs_usable_audio(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path / "nope")]) == 2
     assert "not a folder" in one_error_line(capsys)
     _wav(tmp_path / "cd.wav", 44100, 2)
+    _wav(tmp_path / "empty.wav", 16000, 1, num_frames=0)
     assert main([*NO_BROKER, "simulate", "--audio-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("simulate: skipping ")
+    assert err[1] == f"simulate: skipping {tmp_path / 'empty.wav'}: no audio"  # it said nothing
     assert err[-1].startswith("streamscribe: error: no usable")
 
 

@@ -22,10 +22,12 @@ class _Engine:
         self.sessions: dict[SessionKey, object] = {}
         self.capture_ms: list[int | None] = []
         self.tenants: set[str] = set()
+        self.chunks: list[tuple[SessionKey, int, bool]] = []
 
     def accept(self, key: SessionKey, samples: Any, rate: int, **chunk: Any) -> None:
         self.capture_ms.append(chunk["capture_ms"])
         self.tenants.add(chunk["tenant"])
+        self.chunks.append((key, len(samples), chunk["end_of_stream"]))
 
     def step(self) -> list[object]:
         return []
@@ -80,6 +82,21 @@ def test_the_tenant_s_endpoint_rules_apply_as_in_the_worker(
     monkeypatch.setenv("STREAMSCRIBE_TENANT", "globex")
     assert main(["transcribe", str(path)]) == 0
     assert engine.tenants == {"globex"}
+
+
+def test_an_empty_file_is_a_call_that_ends_at_once(tmp_path: Path, engine: _Engine) -> None:
+    # Review finding: it printed nothing, not even session_ended, where publish sends an
+    # end-of-stream record and the worker ends the session.
+    empty, short = tmp_path / "empty.wav", tmp_path / "short.wav"
+    soundfile.write(str(empty), np.zeros((0, 2), np.int16), 8000, subtype="PCM_16")
+    soundfile.write(str(short), np.zeros(1600, np.int16), 16000, subtype="PCM_16")  # 100 ms
+    assert main(["transcribe", "--chunk-ms", "50", str(empty), str(short)]) == 0
+    assert engine.chunks == [
+        (SessionKey("empty", "agent"), 0, True),
+        (SessionKey("empty", "customer"), 0, True),
+        (SessionKey("short", "mono"), 800, False),
+        (SessionKey("short", "mono"), 800, True),
+    ]
 
 
 @pytest.mark.parametrize(
