@@ -57,6 +57,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+DRAIN_MAX_NOTICES = 10_000
+"""The most queued notices served before a resync (a bound, should they never stop coming)."""
+
 DependencyListener = Callable[[bool, str], None]
 """``(up, detail)``: Redis became reachable (True) or unreachable (False), on changes only."""
 
@@ -254,12 +257,24 @@ class HotwordRegistry:
             if message is not None and message.get("type") == "message":
                 self._on_notice(message.get("data"))
             if time.monotonic() >= next_resync:
+                self._drain(pubsub)
                 version = self._store.version()
                 if version is None or version != self._version:
                     self._reload()
                 for ref in self._catalog.expire(self._clock.now_ms()):
                     self._notify_update(ref)
                 next_resync = time.monotonic() + self._config.resync_interval_s
+
+    def _drain(self, pubsub: Any) -> None:
+        """Serve the notices already queued (at most ``DRAIN_MAX_NOTICES``) before a resync
+        compares versions: Redis's version counts them, so while they wait the lists look
+        stale and everything would be reloaded for nothing (seconds with many call lists)."""
+        for _ in range(DRAIN_MAX_NOTICES):
+            message = pubsub.get_message(timeout=0)
+            if message is None:
+                return
+            if message.get("type") == "message":
+                self._on_notice(message.get("data"))
 
     def _reload(self) -> None:
         version, lists = self._store.read_all()
