@@ -68,8 +68,9 @@ class RecognitionRequest:
 class Recognition:
     """A hypothesis for one request: ``words`` = the committed prefix followed by new words.
 
-    ``avg_logprob``, ``no_speech_prob`` and ``compression_ratio`` are the inputs of the
-    hallucination guards.
+    ``avg_logprob``, ``no_speech_prob``, ``compression_ratio`` and ``model_avg_logprob`` are the
+    inputs of the hallucination guards. ``model_avg_logprob`` is the model's own confidence in
+    the text, without hotword bonuses (None: the same as ``avg_logprob``, no bias applied).
     """
 
     words: tuple[RecognizedWord, ...]
@@ -77,6 +78,7 @@ class Recognition:
     avg_logprob: float
     no_speech_prob: float
     compression_ratio: float
+    model_avg_logprob: float | None = None
 
 
 class Recognizer(Protocol):

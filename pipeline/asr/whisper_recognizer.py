@@ -171,6 +171,7 @@ class WhisperRecognizer:
                     avg_logprob=result.avg_logprob,
                     no_speech_prob=result.no_speech_prob,
                     compression_ratio=result.compression_ratio,
+                    model_avg_logprob=result.model_avg_logprob,
                 )
             )
         return recognitions

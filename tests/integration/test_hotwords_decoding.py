@@ -21,6 +21,7 @@ import redis
 import soundfile
 
 from pipeline.asr.engine import EngineConfig, StreamingEngine
+from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
 from pipeline.asr.recognizer import RecognitionRequest, TokenBias
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import SileroVad
@@ -107,6 +108,23 @@ def test_hotwords_fix_rare_terms_and_insert_nothing_elsewhere(
     assert spoken == 12
     assert hit_plain <= 4, "the fixtures should be hard for the unbiased model"
     assert hit_biased >= 11, f"recall with hotwords {hit_biased}/12"
+
+
+def test_a_boosted_name_on_non_speech_is_still_suppressed(
+    recognizer: WhisperRecognizer, manifest: list[dict[str, Any]]
+) -> None:
+    # Review finding: on hold music the model wrote a listed name at boost 2, and the bonus made
+    # it look confident (-0.47 where the model alone gives about -12) past the no-speech guard.
+    bias: TokenBias = TrieBias(
+        TokenTrie.from_phrases([(t, 2.0) for t in all_terms(manifest)], recognizer.model.tokenizer)
+    )
+    names = ["hold_music", "tone_1khz", "pink_noise"]
+    clips = [audio({"path": f"nonspeech/{name}.flac"}) for name in names]
+    biased = recognizer.recognize([RecognitionRequest(a, bias=bias) for a in clips])
+    for name, result in zip(names, biased, strict=True):
+        assert result.model_avg_logprob is not None
+        assert result.model_avg_logprob < result.avg_logprob, (name, result)
+        assert check_hypothesis(result, GuardConfig()) is Guard.NO_SPEECH, (name, result)
 
 
 # -- live updates through Redis into the streaming engine -------------------------------------

@@ -156,7 +156,8 @@ class DecodingResult:
     special tokens), ``token_logprobs`` their log-probabilities. ``text`` is the whole
     hypothesis (prefix + generated), stripped. ``avg_logprob`` is Whisper's: sum of the
     generated tokens' and end-of-text's log-probs over ``len(tokens) + 1`` when end-of-text
-    was emitted, else the mean over ``tokens`` (0.0 if none). ``no_speech_prob`` is the
+    was emitted, else the mean over ``tokens`` (0.0 if none); ``model_avg_logprob`` the same
+    without the hotword bonuses (equal to it when no bias was given). ``no_speech_prob`` is the
     probability of the no-speech token at the step after ``<|startoftranscript|>`` (raw
     logits). ``compression_ratio`` is the zlib ratio of ``text``.
     """
@@ -166,6 +167,7 @@ class DecodingResult:
     token_logprobs: tuple[float, ...]
     text: str
     avg_logprob: float
+    model_avg_logprob: float
     no_speech_prob: float
     compression_ratio: float
     stop_reason: StopReason
@@ -438,8 +440,10 @@ class _Hypotheses:
         self.active = np.arange(batch)
         self.generated = np.zeros((batch, max_new), dtype=np.int64)
         self.logprobs = np.zeros((batch, max_new), dtype=np.float64)
+        self.model_logprobs = np.zeros((batch, max_new), dtype=np.float64)
         self.n_generated = np.zeros(batch, dtype=np.int64)
         self.eot_logprob = np.full(batch, np.nan, dtype=np.float64)
+        self.model_eot_logprob = np.full(batch, np.nan, dtype=np.float64)
         self.stop = np.full(batch, "", dtype=object)
         self.words = np.array(
             [int(self._word_starts[list(p.text_tokens)].sum()) for p in prefixes], dtype=np.int64
@@ -456,9 +460,15 @@ class _Hypotheses:
         return [*self._prefixes[item].text_tokens, *self.generated[item, :step].tolist()]
 
     def record(
-        self, step: int, tokens: npt.NDArray[np.int64], logprobs: npt.NDArray[np.float64]
+        self,
+        step: int,
+        tokens: npt.NDArray[np.int64],
+        logprobs: npt.NDArray[np.float64],
+        model_logprobs: npt.NDArray[np.float64],
     ) -> npt.NDArray[np.bool_]:
-        """Record the tokens chosen for the active rows; returns which rows are finished."""
+        """Record the tokens chosen for the active rows, with their log-probs as decoded and
+        as the model alone gives them (without hotword bonuses); returns which rows are
+        finished."""
         active = self.active
         is_eot = tokens == self._eot
         starts_word = self._word_starts[np.minimum(tokens, len(self._word_starts) - 1)] & ~is_eot
@@ -467,9 +477,11 @@ class _Hypotheses:
         taken = active[take]
         self.generated[taken, step] = tokens[take]
         self.logprobs[taken, step] = logprobs[take]
+        self.model_logprobs[taken, step] = model_logprobs[take]
         self.n_generated[taken] = step + 1
         self.words[taken] += starts_word[take]
         self.eot_logprob[active[is_eot]] = logprobs[is_eot]
+        self.model_eot_logprob[active[is_eot]] = model_logprobs[is_eot]
         self.stop[active[is_eot]] = StopReason.END_OF_TEXT
         self.stop[active[over_cap]] = StopReason.WORDS_PER_SECOND
         finished: npt.NDArray[np.bool_] = ~take
@@ -492,10 +504,12 @@ class _Hypotheses:
             count = int(self.n_generated[item])
             tokens = tuple(int(t) for t in self.generated[item, :count])
             token_logprobs = tuple(float(lp) for lp in self.logprobs[item, :count])
-            if self.stop[item] == StopReason.END_OF_TEXT:
-                avg_logprob = (sum(token_logprobs) + float(self.eot_logprob[item])) / (count + 1)
-            else:
-                avg_logprob = sum(token_logprobs) / count if count else 0.0
+            ended = self.stop[item] == StopReason.END_OF_TEXT
+            avg_logprob = _average(token_logprobs, self.eot_logprob[item] if ended else None)
+            model_avg_logprob = _average(
+                [float(lp) for lp in self.model_logprobs[item, :count]],
+                self.model_eot_logprob[item] if ended else None,
+            )
             text = model.tokenizer.decode(prefix.text_tokens + tokens).strip()
             results.append(
                 DecodingResult(
@@ -504,12 +518,21 @@ class _Hypotheses:
                     token_logprobs=token_logprobs,
                     text=text,
                     avg_logprob=avg_logprob,
+                    model_avg_logprob=model_avg_logprob,
                     no_speech_prob=float(no_speech_probs[item]),
                     compression_ratio=compression_ratio(text),
                     stop_reason=StopReason(self.stop[item]),
                 )
             )
         return results
+
+
+def _average(token_logprobs: Sequence[float], eot_logprob: float | None) -> float:
+    """Whisper's average log-prob: with end-of-text, over the tokens and it; else the tokens'
+    mean (0.0 for none)."""
+    if eot_logprob is not None:
+        return (sum(token_logprobs) + float(eot_logprob)) / (len(token_logprobs) + 1)
+    return sum(token_logprobs) / len(token_logprobs) if token_logprobs else 0.0
 
 
 @torch.inference_mode()
@@ -561,13 +584,21 @@ def decode(
             bias_added = logits - unbiased
         filters.apply(logits, step)
         next_tokens = logits.argmax(dim=-1)
-        # Hotwords choose the token; its log-prob is the model's own, so that the confidence
-        # the hallucination guards read is not raised by the bias (a boosted name on hold
-        # music passed the low-logprob and no-speech guards). Suppressed entries stay -inf.
-        scored = logits if bias_added is None else logits - bias_added
-        next_logprobs = scored.log_softmax(dim=-1).gather(1, next_tokens[:, None])[:, 0]
-        chosen = torch.stack([next_tokens.double(), next_logprobs.double()]).cpu().numpy()
-        finished = hypotheses.record(step, chosen[0].astype(np.int64), chosen[1])
+        next_logprobs = logits.log_softmax(dim=-1).gather(1, next_tokens[:, None])[:, 0]
+        # The model's own log-prob of the chosen token, without the hotword bonus (suppressed
+        # entries stay -inf): what the no-speech guard weighs, so that a boosted name decoded
+        # on hold music does not look like confident speech.
+        model_logprobs = (
+            next_logprobs
+            if bias_added is None
+            else (logits - bias_added).log_softmax(dim=-1).gather(1, next_tokens[:, None])[:, 0]
+        )
+        chosen = (
+            torch.stack([next_tokens.double(), next_logprobs.double(), model_logprobs.double()])
+            .cpu()
+            .numpy()
+        )
+        finished = hypotheses.record(step, chosen[0].astype(np.int64), chosen[1], chosen[2])
         if step == prompt.max_new - 1:
             hypotheses.out_of_budget(finished)
             break

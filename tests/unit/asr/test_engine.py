@@ -28,7 +28,7 @@ from pipeline.asr.engine import (
     StreamingEngine,
     Suppressed,
 )
-from pipeline.asr.guards import Guard
+from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
 from pipeline.asr.recognizer import Recognition, RecognitionRequest
 from pipeline.asr.session import SessionKey, SessionSnapshot
 from pipeline.asr.vad import EnergyVad, SpeechGateConfig
@@ -691,6 +691,16 @@ def test_a_guarded_final_is_suppressed(result: Recognition, guard: Guard) -> Non
         utterances=0,
         suppressed=2,
     )
+
+
+def test_the_no_speech_guard_weighs_the_model_s_confidence_not_the_hotword_bonus() -> None:
+    # Review finding: a boosted name decoded on hold music (no-speech 0.81) was -0.47 with the
+    # bonus and passed; the model alone gives it -3.41.
+    boosted = Recognition((), "Nguyen", -0.47, 0.81, 1.0, model_avg_logprob=-3.41)
+    assert check_hypothesis(boosted, GuardConfig()) is Guard.NO_SPEECH
+    # On speech, a rare name the model alone would not write is what the hotword is for.
+    spoken = Recognition((), "Please put me through to Niamh", -0.3, 0.05, 1.0, -1.8)
+    assert check_hypothesis(spoken, GuardConfig()) is None
 
 
 def test_a_high_but_uncertain_no_speech_probability_alone_does_not_suppress() -> None:

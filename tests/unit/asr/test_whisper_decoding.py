@@ -130,19 +130,21 @@ def test_bias_sees_text_so_far_and_steers_decoding(model: WhisperModel) -> None:
     assert result.compression_ratio == compression_ratio(result.text)
 
 
-def test_a_bias_chooses_tokens_but_does_not_raise_their_log_probabilities(
+def test_a_bias_leaves_the_model_s_own_confidence_beside_the_decoded_one(
     model: WhisperModel,
 ) -> None:
-    # Review finding: log-probs came from the biased logits, so a hotword made text on hold
-    # music look confident and pass the low-logprob and no-speech guards.
+    # Review finding: log-probs came from the biased logits only, so a hotword made text on
+    # hold music look confident to the no-speech guard.
     word = model.tokenizer.encode(" yes")[0]
     options = dataclasses.replace(NO_GUARDS, max_new_tokens=4)
     (forced,) = decode(model, [mel(100, 6)], options, biases=[ForceTokens([word])])
     assert forced.tokens == (word,) * 4
-    # The model's own log-probs of a token it would not choose (a random model: about
-    # -log(vocabulary) each), not the ~0 of the 1e4 boost.
-    assert max(forced.token_logprobs) < -2.0
+    assert forced.avg_logprob > -1e-3  # as decoded: the 1e4 bonus made each token certain
+    # The model's own log-probs of tokens it would not choose (a random model: about
+    # -log(vocabulary) each).
+    assert forced.model_avg_logprob < -2.0
     (plain,) = decode(model, [mel(100, 6)], options)
+    assert plain.model_avg_logprob == plain.avg_logprob  # no bias: one and the same
     assert forced.no_speech_prob == plain.no_speech_prob
 
 
@@ -168,8 +170,9 @@ def test_first_step_cannot_end_without_a_prefix(model: WhisperModel) -> None:
     assert committed.tokens == ()
     assert committed.stop_reason is StopReason.END_OF_TEXT
     assert committed.text == "all said"
+    assert -1e-3 < committed.avg_logprob <= 0.0
     # The model's own log-prob of that end-of-text, not the ~0 of the forcing bias.
-    assert -math.inf < committed.avg_logprob < -1.0
+    assert -math.inf < committed.model_avg_logprob < -1.0
 
 
 def test_repeated_token_is_cut_back_to_one(model: WhisperModel) -> None:
