@@ -106,7 +106,7 @@ def _transcribe(args: argparse.Namespace) -> int:
             for channel, samples in call.channels.items():
                 # An empty file is a call that ends at once (one empty end-of-stream chunk per
                 # channel, as publish sends it), so it gets its session_ended like any other.
-                if first >= len(samples) and (first or len(samples)):
+                if first and first >= len(samples):
                     continue
                 engine.accept(
                     SessionKey(call.call_id, channel),

@@ -905,14 +905,7 @@ class AsrWorker:
         partitions = list(self._book.partitions)
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
         self._forget(partitions)
-        try:
-            self._restore(partitions)
-        except CheckpointReadCutError as cut:
-            # Stopping: nothing of these partitions is owned any more, so the leave commits
-            # none of their offsets and ``_handle`` drops any record of theirs still fetched
-            # (not in the book); the next owner replays them. Paused to fetch no more.
-            logger.warning("%s; leaving them to the next owner", cut)
-            self._consumer.pause([TopicPartition(topic, p) for p in partitions])
+        if not self._restore_unless_stopping(self._consumer, partitions):
             return
         committed: list[TopicPartition] = []
 
@@ -985,13 +978,7 @@ class AsrWorker:
             # audio.chunks raised while running (asr.checkpoints must have been too), or
             # asr.checkpoints not there yet when the worker started (the topics Job racing it).
             self._check_checkpoint_partitions(audio_partitions=max(numbers) + 1)
-        try:
-            self._restore(numbers)
-        except CheckpointReadCutError as cut:
-            # A shutdown began during the read: the partitions stay paused, unowned and
-            # uncommitted until the leave hands them on (their next owner restores them).
-            logger.warning("%s; leaving them to the next owner", cut)
-            consumer.pause(partitions)
+        if not self._restore_unless_stopping(consumer, numbers):
             return
         if numbers:
             self._assigned_at = time.monotonic()
@@ -1083,6 +1070,20 @@ class AsrWorker:
             self._admission.forget(key)
         for key in forgotten.ended:
             self._admission.forget(key)
+
+    def _restore_unless_stopping(self, consumer: Consumer, partitions: Sequence[int]) -> bool:
+        """``_restore``; False when a shutdown cut its checkpoint read. Then nothing of these
+        partitions is owned: the leave commits none of their offsets, ``_handle`` drops any
+        record of theirs still fetched (not in the book), and they stay paused until the leave
+        hands them to the next owner, which restores them."""
+        try:
+            self._restore(partitions)
+        except CheckpointReadCutError as cut:
+            logger.warning("%s; leaving them to the next owner", cut)
+            topic = self._topics[TopicRole.AUDIO_CHUNKS]
+            consumer.pause([TopicPartition(topic, p) for p in partitions])
+            return False
+        return True
 
     def _restore(self, partitions: Iterable[int]) -> None:
         """Read the partitions' checkpoints and rebuild their sessions' starting state."""
