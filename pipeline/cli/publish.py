@@ -18,6 +18,7 @@ import numpy.typing as npt
 
 from pipeline.audio.files import read_call_audio
 from pipeline.cli.options import add_env_option, settings_from_args, sigterm_as_interrupt
+from pipeline.clock import Clock
 from pipeline.contracts import Encoding
 from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
 from pipeline.errors import ConfigError
@@ -129,7 +130,7 @@ def _publish_file(args: argparse.Namespace) -> int:
         ) as call,
     ):
         if args.realtime:
-            _push_paced(call, frames, chunk_ms)
+            _push_paced(call, frames, chunk_ms, publisher.clock)
         else:
             call.push_frames(frames)
         if args.flush_at_end:
@@ -139,12 +140,24 @@ def _publish_file(args: argparse.Namespace) -> int:
     return 0
 
 
-def _push_paced(call: CallStream, frames: npt.NDArray[np.int16], chunk_ms: int) -> None:
+def _push_paced(
+    call: CallStream, frames: npt.NDArray[np.int16], chunk_ms: int, clock: Clock
+) -> None:
+    """Sends ``frames`` as a live source would: each chunk once its last sample has been spoken.
+
+    The capture starts when this is called; the first chunk leaves ``chunk_ms`` later, stamped
+    with that start (a chunk sent at the start of its own audio would arrive a chunk early and
+    flatter every latency measured from capture).
+    """
     step = chunk_samples(chunk_ms, call.sample_rate_hz)
     pacer = Pacer()
-    for index, start in enumerate(range(0, len(frames), step)):
-        pacer.wait_until(index * chunk_ms)
-        call.push_frames(frames[start : start + step])
+    pacer.wait_until(0)  # the capture starts now
+    capture_ms: int | None = clock.now_ms()
+    for start in range(0, len(frames), step):
+        end = min(start + step, len(frames))
+        pacer.wait_until(end * 1000 / call.sample_rate_hz)
+        call.push_frames(frames[start:end], capture_ms)
+        capture_ms = None  # later chunks continue the timeline
 
 
 def _print_summary(summary: CallSummary, encoding: str) -> None:

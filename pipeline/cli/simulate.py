@@ -198,7 +198,9 @@ class _Run:
         self.bad_by_reason: Counter[str] = Counter()
         self.bad_failures: list[str] = []
 
-    def play(self, tick: Tick) -> None:
+    def play(self, tick: Tick, capture_ms: int | None = None) -> None:
+        """Sends ``tick``; ``capture_ms`` (epoch ms of the tick's first sample) stamps the calls
+        starting in it (None: the clock's time when sent, as with ``--no-realtime``)."""
         for start in tick.starts:
             source = self.sources[start.source_index]
             stream = self.publisher.open_call(
@@ -211,11 +213,13 @@ class _Run:
             )
             self.streams[start.call_index] = (stream, source)
             self.calls_started += 1
+        started = {start.call_index for start in tick.starts}
         for piece in tick.slices:
             stream, source = self.streams[piece.call_index]
+            first_capture_ms = capture_ms if piece.call_index in started else None
             for label, column in zip(source.channels, source.columns, strict=True):
                 samples = column[piece.start_sample : piece.end_sample]
-                self.good_records += stream.push(label, samples)
+                self.good_records += stream.push(label, samples, first_capture_ms)
         slices = {piece.call_index: piece for piece in tick.slices}
         for injection in tick.bad:
             stream, source = self.streams[injection.call_index]
@@ -302,15 +306,19 @@ def _simulate_load(args: argparse.Namespace) -> int:
     pacer = Pacer() if realtime else None
     started_s = time.monotonic()
     with AudioPublisher.connect(settings) as publisher:
+        capture_start_ms: int | None = None
+        if pacer is not None:
+            pacer.wait_until(0)  # the simulated capture starts now
+            capture_start_ms = publisher.clock.now_ms()
         prefix = args.call_prefix or f"sim-{secrets.token_hex(4)}"
         run = _Run(publisher, sources, spec, prefix, args.tenant, settings.worker.max_chunk_bytes)
         last_report_s = started_s
         last_records = 0
         try:
             for tick in schedule:
-                if pacer is not None:
-                    pacer.wait_until(tick.at_ms)
-                run.play(tick)
+                if pacer is not None:  # a live source hands a chunk over once it has been spoken
+                    pacer.wait_until(tick.at_ms + spec.chunk_ms)
+                run.play(tick, None if capture_start_ms is None else capture_start_ms + tick.at_ms)
                 now_s = time.monotonic()
                 if now_s - last_report_s >= PROGRESS_INTERVAL_S:
                     records = run.good_records + run.bad_records

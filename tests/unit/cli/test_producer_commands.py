@@ -13,6 +13,7 @@ import soundfile
 from pipeline.cli import main
 from pipeline.cli.options import sigterm_as_interrupt
 from pipeline.cli.publish import default_call_id, load_frames
+from pipeline.clock import ManualClock
 from tests.unit.cli.errors import NO_BROKER, one_error_line
 
 
@@ -107,3 +108,63 @@ def test_simulate_ends_its_open_calls_when_a_delivery_fails(
         ends[key] = ends.get(key, 0) + (headers.get("ss-end-of-stream") == b"1")
     assert ends  # calls were started, and every channel of each got its end-of-stream
     assert set(ends.values()) == {1}
+
+
+class _SpokenPacer:
+    """A ``Pacer`` on a manual clock: waiting moves the clock to the offset asked for."""
+
+    clock = ManualClock(1_700_000_000_000)
+
+    def __init__(self) -> None:
+        self._start_ms: int | None = None
+
+    def wait_until(self, offset_ms: float) -> None:
+        if self._start_ms is None:
+            self._start_ms = self.clock.now_ms() - round(offset_ms)
+        ahead_ms = self._start_ms + round(offset_ms) - self.clock.now_ms()
+        self.clock.advance(max(0, ahead_ms))
+
+
+@pytest.mark.parametrize("command", ["publish", "simulate"])
+def test_realtime_chunks_leave_once_their_audio_has_been_spoken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    # Review finding: each chunk went out at the start of its own audio, a chunk before a live
+    # source could send it, so every latency measured from capture read a chunk short.
+    from pipeline.cli import publish, simulate
+    from pipeline.producer import AudioPublisher
+    from tests.unit.producer.fakes import FakeTransport
+
+    transport = FakeTransport()
+    sent_at_ms: list[int] = []
+    send = transport.send
+    monkeypatch.setattr(
+        transport,
+        "send",
+        lambda *a, **kw: (sent_at_ms.append(_SpokenPacer.clock.now_ms()), send(*a, **kw)),
+    )
+    fake = AudioPublisher(transport, topic="audio.chunks", clock=_SpokenPacer.clock)
+    for module in (publish, simulate):
+        monkeypatch.setattr(module.AudioPublisher, "connect", lambda *_, **__: fake)
+        monkeypatch.setattr(module, "Pacer", _SpokenPacer)
+    _wav(tmp_path / "call.wav", 8000, 2, num_frames=8000 * 1 + 80)  # 1.01 s: a short last chunk
+    if command == "publish":
+        argv = ["publish", str(tmp_path / "call.wav"), "--realtime", "--chunk-ms", "100"]
+    else:
+        argv = ["simulate", "--audio-dir", str(tmp_path), "--calls", "1", "--duration-s", "3"]
+        argv += ["--chunk-ms", "100"]
+    start_ms = _SpokenPacer.clock.now_ms()
+    assert main(argv) == 0
+    spoken = 0
+    for chunk, at_ms in zip(transport.chunks(), sent_at_ms, strict=True):
+        if not len(chunk.payload):
+            continue  # end of stream
+        assert chunk.capture_ms is not None
+        end_ms = chunk.capture_ms + chunk.num_samples * 1000 // chunk.sample_rate_hz
+        if chunk.num_samples == 800:
+            assert at_ms == end_ms  # sent as its last sample was spoken, not before
+        else:  # a call's short last piece: simulate sends it with its tick, never early
+            assert end_ms <= at_ms < end_ms + 100
+        spoken += 1
+    assert spoken >= 2 * 11  # both channels of the whole file (simulate starts it again)
+    assert min(c.capture_ms or 0 for c in transport.chunks()) == start_ms
