@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,10 +11,11 @@ import numpy as np
 import numpy.typing as npt
 import soundfile
 
+from pipeline.audio.pcm import to_int16
 from pipeline.contracts.audio_chunk import MONO_CHANNEL, STEREO_CHANNELS
 from pipeline.errors import ConfigError
 
-__all__ = ["CallAudio", "read_call_audio"]
+__all__ = ["CallAudio", "CallFrames", "read_call_audio", "read_call_frames"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +60,69 @@ def read_call_audio(path: Path | str, call_id: str | None = None) -> CallAudio:
         ConfigError: unreadable file, or more than two channels.
     """
     source = Path(path)
+    with _opened(source) as sound:
+        labels = _labels(sound, source)
+        data = sound.read(dtype="float32", always_2d=True)
+    channels = {label: np.ascontiguousarray(data[:, i]) for i, label in enumerate(labels)}
+    return CallAudio(call_id or source.stem, sound.samplerate, channels)
+
+
+@dataclass(frozen=True, slots=True)
+class CallFrames:
+    """A call's audio as sent: int16 frames of shape ``(samples, len(channels))``."""
+
+    sample_rate_hz: int
+    channels: tuple[str, ...]
+    frames: npt.NDArray[np.int16]
+
+
+READ_BLOCK_FRAMES = 1 << 16
+"""Frames read (as float) and converted at a time by ``read_call_frames``."""
+
+
+def read_call_frames(path: Path | str) -> CallFrames:
+    """Read a mono or stereo audio file (labelled as ``read_call_audio`` does) as int16 frames.
+
+    Read and converted a block at a time into one int16 array (``to_int16``'s rounding, so
+    16-bit audio comes back exactly), a file costs about its int16 size in memory; reading it
+    whole as float and converting took about 7.5 times that.
+
+    Raises:
+        ConfigError: unreadable file, or more than two channels.
+    """
+    source = Path(path)
+    with _opened(source) as sound:
+        labels = _labels(sound, source)
+        frames = np.empty((sound.frames, len(labels)), np.int16)
+        filled = 0
+        for block in sound.blocks(READ_BLOCK_FRAMES, dtype="float32", always_2d=True):
+            end = filled + len(block)
+            for column in range(len(labels)):
+                frames[filled:end, column] = to_int16(block[:, column])
+            filled = end
+    return CallFrames(sound.samplerate, labels, frames[:filled])
+
+
+@contextlib.contextmanager
+def _opened(source: Path) -> Iterator[soundfile.SoundFile]:
+    """``source`` open for reading; any failure to open or read it is a ``ConfigError``."""
     if not source.is_file():
         what = "not a file" if source.exists() else "no such file"
         raise ConfigError(f"cannot read audio file {source}: {what}")
     try:
         # Opened here and read from the file object: libsndfile takes a path as UTF-8, so a
         # name in another encoding (bytes the shell passed undecoded) could not be opened.
-        with source.open("rb") as file:
-            data, sample_rate_hz = soundfile.read(file, dtype="float32", always_2d=True)
+        with source.open("rb") as file, soundfile.SoundFile(file) as sound:
+            yield sound
     except (OSError, RuntimeError, TypeError, ValueError, soundfile.LibsndfileError) as error:
         # TypeError: a headerless file (.raw), whose rate and format soundfile must be told
         hint = _HEADERLESS_HINTS.get(source.suffix.lower(), "")
         raise ConfigError(f"cannot read audio file {source}: {error}{hint}") from None
-    if data.shape[1] == 1:
-        channels = {MONO_CHANNEL: np.ascontiguousarray(data[:, 0])}
-    elif data.shape[1] == 2:
-        channels = {
-            label: np.ascontiguousarray(data[:, index])
-            for index, label in enumerate(STEREO_CHANNELS)
-        }
-    else:
-        raise ConfigError(f"{source}: {data.shape[1]} channels; mono or stereo (agent, customer)")
-    return CallAudio(call_id or source.stem, int(sample_rate_hz), channels)
+
+
+def _labels(sound: soundfile.SoundFile, source: Path) -> tuple[str, ...]:
+    if sound.channels == 1:
+        return (MONO_CHANNEL,)
+    if sound.channels == 2:
+        return STEREO_CHANNELS
+    raise ConfigError(f"{source}: {sound.channels} channels; mono or stereo (agent, customer)")

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.audio.files import read_call_audio
+from pipeline.audio.files import read_call_frames
 from pipeline.cli.options import add_env_option, settings_from_args, sigterm_as_interrupt
 from pipeline.clock import Clock
 from pipeline.contracts import Encoding
 from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
 from pipeline.errors import ConfigError
 from pipeline.producer import AudioPublisher, CallStream, CallSummary
-from pipeline.producer.chunking import chunk_samples, to_int16
+from pipeline.producer.chunking import chunk_samples
 from pipeline.producer.pacing import Pacer
 
 __all__ = ["default_call_id", "load_frames", "register"]
@@ -91,14 +91,13 @@ def load_frames(path: Path) -> tuple[int, tuple[str, ...], npt.NDArray[np.int16]
     Raises:
         ConfigError: unreadable, more than two channels, or a rate other than 8 or 16 kHz.
     """
-    audio = read_call_audio(path)
+    audio = read_call_frames(path)
     if audio.sample_rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
         raise ConfigError(
             f"{path} is {audio.sample_rate_hz} Hz; publish sends 8000 or 16000 Hz "
             f"(resample first, e.g. sox {path.name} -r 16000 out.wav)"
         )
-    columns = [to_int16(samples) for samples in audio.channels.values()]
-    return audio.sample_rate_hz, tuple(audio.channels), np.stack(columns, axis=1)
+    return audio.sample_rate_hz, audio.channels, audio.frames
 
 
 def default_call_id(path: Path) -> str:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from pipeline.audio.pcm import to_int16
 from pipeline.contracts import Encoding
 from pipeline.contracts.audio_chunk import MAX_CAPTURE_MS
 from pipeline.contracts.g711 import alaw_encode, mulaw_encode
@@ -48,23 +49,6 @@ def chunk_samples(chunk_ms: int, sample_rate_hz: int) -> int:
             f"{sample_rate_hz} Hz"
         )
     return samples
-
-
-def to_int16(samples: npt.NDArray[Any]) -> npt.NDArray[np.int16]:
-    """One channel's samples as int16: int16 as is, float in [-1, 1] scaled, rounded, clipped.
-
-    Raises:
-        ContractError: not 1-D, or neither int16 nor float.
-    """
-    if samples.ndim != 1:
-        raise ContractError(f"one channel's samples must be 1-D, got shape {samples.shape}")
-    if samples.dtype.kind == "f":
-        # Round, not truncate: int16 audio read as float (k / 32768) must come back as exactly k.
-        scaled = np.rint(samples.astype(np.float64) * 32768.0)
-        return np.clip(scaled, -32768, 32767).astype(np.int16)
-    if samples.dtype.kind == "i" and samples.dtype.itemsize == 2:
-        return samples.astype(np.int16, copy=False)
-    raise ContractError(f"samples must be int16 or float in [-1, 1], got {samples.dtype}")
 
 
 def encode_samples(audio: AudioInput, encoding: Encoding) -> bytes:

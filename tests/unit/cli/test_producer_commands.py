@@ -32,6 +32,22 @@ def test_load_frames_reads_int16_samples_exactly(tmp_path: Path) -> None:
     assert np.array_equal(frames, expected)
 
 
+def test_load_frames_reads_float_files_scaled_block_by_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file is now read a block at a time into int16 (it was read whole as float, 7.5 times
+    # its int16 size); float samples must still be scaled, not cast (libsndfile's int16 read
+    # of a float file gives 0 for 0.5), and blocks must join without a seam.
+    from pipeline.audio import files
+
+    monkeypatch.setattr(files, "READ_BLOCK_FRAMES", 3)
+    samples = np.array([[-1.0, 1.0], [0.5, -0.5], [1.5, -1.5], [3 / 32768, -0.2], [0.25, 0]])
+    soundfile.write(str(tmp_path / "f.wav"), samples.astype(np.float32), 8000, subtype="FLOAT")
+    _, channels, frames = load_frames(tmp_path / "f.wav")
+    assert channels == ("agent", "customer")
+    assert frames.T.tolist() == [[-32768, 16384, 32767, 3, 8192], [32767, -16384, -32768, -6554, 0]]
+
+
 @pytest.mark.parametrize(
     ("rate", "channels", "match"),
     [(44100, 1, "44100 Hz; publish sends 8000 or 16000 Hz"), (16000, 3, "3 channels")],
