@@ -114,6 +114,8 @@ def _compare(args: argparse.Namespace) -> int:
         )
     if args.boundary_tolerance_ms < 0:
         raise ConfigError("--boundary-tolerance-ms must be >= 0")
+    if args.max_examples < 0:
+        raise ConfigError("--max-examples must be >= 0")
     refs = None
     if args.refs:
         try:

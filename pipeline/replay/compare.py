@@ -186,8 +186,6 @@ class GateResult:
     def passed(self) -> bool:
         if self.max_increase_pct is None:
             return True
-        if math.isnan(self.increase_pct):
-            return False  # both runs infinitely wrong (words on an empty reference): no verdict
         return not self.increase_pct > self.max_increase_pct + 1e-9
 
 
@@ -467,6 +465,12 @@ def compare_runs(
     candidate_errors = total_errors(s.candidate_errors for s in streams)
     divergence = total_errors(s.divergence for s in streams) or WordErrors()
     if baseline_errors is not None and candidate_errors is not None:
+        if not baseline_errors.reference_words:
+            # Every rate would be 0 or infinite, and two infinite ones give no verdict.
+            raise ConfigError(
+                "the references of the compared streams have no words: WER is undefined "
+                "(check the references file's text column)"
+            )
         base_pct, cand_pct = percent(baseline_errors), percent(candidate_errors)
         gate = GateResult("wer", base_pct, cand_pct, cand_pct - base_pct, max_increase_pct)
     else:

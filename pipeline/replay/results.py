@@ -176,7 +176,13 @@ def _parse_lines(label: str, lines: Sequence[bytes]) -> Run:
                 raise ConfigError(f"{label}:{number}: a call line whose channels are not objects")
             for channel in channels:
                 streams.add((str(data.get("call_id")), str(channel.get("channel"))))
-        elif kind in ("final", None) and data.get("schema") == FINAL_SCHEMA:
+        elif kind == "final" or (kind is None and str(data.get("schema")).startswith("final/")):
+            if data.get("schema") != FINAL_SCHEMA:
+                # Skipped, a run's finals would count as all deleted and flatter the other run.
+                raise ConfigError(
+                    f"{label}:{number}: final schema {data.get('schema')!r}, "
+                    f"this version reads {FINAL_SCHEMA!r}"
+                )
             try:
                 final = parse_final(raw)
             except RecordRejectedError as error:

@@ -2,9 +2,10 @@
 
 Times (``--from`` / ``--to``) are Kafka record timestamps, in any of these forms:
 
-- epoch milliseconds: ``1717236000000``;
-- ISO 8601: ``2024-06-01T10:00:00Z``, ``2024-06-01 10:00:00+02:00``, ``2024-06-01`` (without an
-  offset the time is UTC);
+- epoch milliseconds: ``1717236000000`` (12 digits or more; ``1717236000``, epoch seconds,
+  is refused);
+- ISO 8601: ``2024-06-01T10:00:00Z``, ``2024-06-01 10:00:00+02:00``, ``2024-06-01``,
+  ``20240601`` (without an offset the time is UTC);
 - relative to now: ``now``, ``-15m``, ``-2h``, ``-1d``, ``-90s``, ``-500ms`` (on the command line
   with ``=``: ``--from=-2h``, or argparse takes ``-2h`` for an option).
 """
@@ -20,6 +21,8 @@ from pipeline.errors import ConfigError
 __all__ = ["ReplayRange", "parse_calls", "parse_time", "replay_range"]
 
 _RELATIVE = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
+_EPOCH_MS_MIN_DIGITS = 12
+"""Epoch milliseconds from 1973-03-03 on; shorter digit strings are read as ISO 8601."""
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -40,8 +43,11 @@ def parse_time(text: str, now_ms: int, flag: str = "--from") -> int:
         ConfigError: the text is none of them.
     """
     value = text.strip()
-    if value.isascii() and value.isdigit():
+    digits = value.isascii() and value.isdigit()
+    if digits and len(value) >= _EPOCH_MS_MIN_DIGITS:
         return int(value)
+    # Fewer digits are a basic ISO 8601 date (20240601) or epoch seconds by mistake, never a
+    # moment of 1970's first days: read as milliseconds they would replay the whole retention.
     if value == "now":
         return now_ms
     relative = _RELATIVE.match(value)
@@ -50,6 +56,10 @@ def parse_time(text: str, now_ms: int, flag: str = "--from") -> int:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
+        if digits:
+            raise ConfigError(
+                f"{flag} {text!r}: epoch milliseconds have 13 digits (epoch seconds? add 000)"
+            ) from None
         raise ConfigError(
             f"{flag} {text!r}: use epoch ms, ISO 8601 (2024-06-01T10:00:00Z), now, or -15m / -2h"
         ) from None

@@ -150,6 +150,7 @@ def test_a_compare_that_crashes_is_not_taken_for_a_regression(
         (["compare", "{base}", "{base}", "--refs", "nope.tsv"], "cannot read nope.tsv"),
         (["compare", "{base}", "{base}", "--max-wer-increase", "-1"], "must be >= 0"),
         (["compare", "{base}", "{base}", "--max-wer-increase", "nan"], "must be >= 0"),
+        (["compare", "{base}", "{base}", "--max-examples", "-1"], "--max-examples must be"),
         (["compare", "{base}", "{base}", "--refs", "{latin1_refs}"], "not UTF-8 text"),
         (["compare", "{base}", "{base}", "--refs", "{bad_refs}"], "expected 'id<TAB>text'"),
         (["compare", "{base}", "{base}", "--refs", "{other_refs}"], "no stream of either run"),

@@ -176,6 +176,13 @@ def test_refs_matching_no_stream_are_refused() -> None:
         compare_runs(BASE, BASE, {"other": "text"})
 
 
+def test_references_without_words_are_refused_not_failed() -> None:
+    # Review finding: empty reference texts made both WERs infinite, and inf - inf failed a
+    # no-op run as a regression (exit 1, "+nan points") instead of naming the bad references.
+    with pytest.raises(ConfigError, match="references of the compared streams have no words"):
+        compare_runs(BASE, BASE, {"c1:agent": "", "c1:customer": " "}, max_increase_pct=0.5)
+
+
 @pytest.mark.parametrize("refs", [None, {"call01:agent": "hello there"}])
 def test_two_empty_runs_are_refused_not_passed(refs: dict[str, str] | None) -> None:
     # Calls aged out of the audio topic, or mistyped: a gate on nothing must not pass.

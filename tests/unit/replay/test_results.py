@@ -126,6 +126,10 @@ def test_a_finals_dump_reads_too_duplicates_collapse(tmp_path: Path) -> None:
         (b"[1, 2]\n", "not a JSON object"),
         (b'{"type": "header", "schema": "replay/9"}\n', "results schema 'replay/9'"),
         (b'{"schema": "final/1", "call_id": "c"}\n', "not a usable final"),
+        # Review finding: finals of another version were skipped, so that run's streams
+        # counted as all deleted and any candidate passed the gate against it.
+        (b'{"type": "final", "schema": "final/2", "call_id": "c"}\n', "final schema 'final/2'"),
+        (b'{"schema": "final/0", "call_id": "c"}\n', "final schema 'final/0'"),
     ],
 )
 def test_unreadable_input_is_a_user_error(tmp_path: Path, content: bytes, match: str) -> None:

@@ -24,13 +24,17 @@ NOW_MS = 1_717_236_000_000  # 2024-06-01T10:00:00Z
         ("2024-06-01T12:00:00+02:00", NOW_MS),
         ("2024-06-01 10:00:00.250", NOW_MS + 250),
         ("2024-06-01", NOW_MS - 10 * 3_600_000),
+        # Review finding: a basic ISO date was read as epoch ms, 1970, replaying everything.
+        ("20240601", NOW_MS - 10 * 3_600_000),
     ],
 )
 def test_times(text: str, expected: int) -> None:
     assert parse_time(text, NOW_MS) == expected
 
 
-@pytest.mark.parametrize("text", ["yesterday", "-5 minutes", "+1h", "2024-13-01", ""])
+@pytest.mark.parametrize(
+    "text", ["yesterday", "-5 minutes", "+1h", "2024-13-01", "", "1717236000", "0"]
+)
 def test_bad_times_name_the_flag(text: str) -> None:
     with pytest.raises(ConfigError, match="--to"):
         parse_time(text, NOW_MS, "--to")
@@ -48,3 +52,8 @@ def test_a_range_needs_a_start_or_calls_and_must_not_be_empty() -> None:
         replay_range(None, "now", None, NOW_MS)
     with pytest.raises(ConfigError, match="must be after"):
         replay_range("now", "-1h", None, NOW_MS)
+
+
+def test_epoch_seconds_are_refused_with_a_hint() -> None:
+    with pytest.raises(ConfigError, match=r"13 digits \(epoch seconds\? add 000\)"):
+        parse_time("1717236000", NOW_MS)
