@@ -458,9 +458,7 @@ class WorkerMetrics:
         self._early_finals = new_counter(EARLY_FINALS, registry)
         self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
         self._dependency_up = new_gauge(DEPENDENCY_UP, registry)
-        self._model_info = Info(
-            MODEL_INFO.name.removesuffix("_info"), MODEL_INFO.help, registry=registry
-        )
+        self._model_info: Info | None = None  # registered by set_model: no empty series
         self._gpu_utilization = new_gauge(GPU_UTILIZATION, registry)
         self._gpu_memory_used = new_gauge(GPU_MEMORY_USED, registry)
         self._gpu_memory_total = new_gauge(GPU_MEMORY_TOTAL, registry)
@@ -529,6 +527,12 @@ class WorkerMetrics:
 
     def set_model(self, model_id: str, device: str, dtype: str) -> None:
         """The model now served; replaces the previous one (one series per process)."""
+        if self._model_info is None:
+            # Registered only now: before a model is loaded it would export a series without
+            # labels, an empty row in the "Models served" table.
+            self._model_info = Info(
+                MODEL_INFO.name.removesuffix("_info"), MODEL_INFO.help, registry=self.registry
+            )
         self._model_info.info({"model_id": model_id, "device": device, "dtype": dtype})
 
     def record_gpu(self, samples: Iterable[GpuSample]) -> None:

@@ -160,6 +160,8 @@ def test_revoked_partitions_stop_reporting_lag() -> None:
 
 def test_model_info_replaces_the_previous_model() -> None:
     metrics = WorkerMetrics(CollectorRegistry())
+    # Review finding: before a model was loaded, a series without labels showed as an empty row.
+    assert "streamscribe_model_info" not in generate_latest(metrics.registry).decode()
     metrics.set_model("a", "cpu", "float32")
     metrics.set_model("b", "cuda:0", "float16")
     text = generate_latest(metrics.registry).decode()
