@@ -424,6 +424,13 @@ class MetricsSettings:
         "timeout of one Kafka reachability probe (/readyz)",
         minimum=1,
     )
+    latency_objective_ms: int = setting(
+        400,
+        "LATENCY_OBJECTIVE_MS",
+        "P99 latency the latency alerts hold the workers to (exported as "
+        "asr_latency_objective_seconds); CPU workers need more, e.g. 1500",
+        minimum=1,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,6 +66,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     validate_settings(settings)  # the flags are held to the settings' bounds
     metrics = WorkerMetrics()
+    metrics.set_latency_objective(settings.metrics.latency_objective_ms / 1000)
     clock = WallClock()  # one clock for the engine's outputs and the worker's events
     registries: list[HotwordRegistry] = []
     worker: AsrWorker | None = None

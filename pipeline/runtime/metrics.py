@@ -42,6 +42,7 @@ from prometheus_client import (
 from pipeline.asr.guards import Guard
 from pipeline.contracts import RejectReason
 from pipeline.hotwords.model import Scope
+from pipeline.settings import MetricsSettings
 
 __all__ = [
     "BATCH_SIZE_BUCKETS",
@@ -281,6 +282,13 @@ TRANSACTION_REWINDS = MetricSpec(
     "Commits that failed and rewound the worker to its committed offsets (the work is "
     "replayed, finals stay exactly once), by cause.",
 )
+LATENCY_OBJECTIVE = MetricSpec(
+    "asr_latency_objective_seconds",
+    MetricType.GAUGE,
+    (),
+    "The P99 latency objective of chunk_to_partial and endpoint_to_final that the latency "
+    "alerts compare with (STREAMSCRIBE_LATENCY_OBJECTIVE_MS).",
+)
 DEPENDENCY_UP = MetricSpec(
     "streamscribe_dependency_up",
     MetricType.GAUGE,
@@ -340,6 +348,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     PARTIALS_THINNED,
     EARLY_FINALS,
     TRANSACTION_REWINDS,
+    LATENCY_OBJECTIVE,
     DEPENDENCY_UP,
     MODEL_INFO,
     GPU_UTILIZATION,
@@ -457,6 +466,9 @@ class WorkerMetrics:
         self._partials_thinned = new_counter(PARTIALS_THINNED, registry)
         self._early_finals = new_counter(EARLY_FINALS, registry)
         self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
+        self._latency_objective = new_gauge(LATENCY_OBJECTIVE, registry)
+        # Never 0 (the alerts would fire on any latency); the worker command sets its own.
+        self.set_latency_objective(MetricsSettings().latency_objective_ms / 1000)
         self._dependency_up = new_gauge(DEPENDENCY_UP, registry)
         self._model_info: Info | None = None  # registered by set_model: no empty series
         self._gpu_utilization = new_gauge(GPU_UTILIZATION, registry)
@@ -521,6 +533,10 @@ class WorkerMetrics:
 
     def count_transaction_rewind(self, cause: RewindCause | str) -> None:
         self._transaction_rewinds.labels(RewindCause(cause).value).inc()
+
+    def set_latency_objective(self, seconds: float) -> None:
+        """The P99 objective the latency alerts compare with (``LATENCY_OBJECTIVE``)."""
+        self._latency_objective.set(seconds)
 
     def set_dependency_up(self, dependency: Dependency | str, up: bool) -> None:
         self._dependency_up.labels(Dependency(dependency).value).set(1 if up else 0)

@@ -860,6 +860,8 @@ def test_a_loading_worker_answers_alive_and_not_ready(
         status, body = http_get(base + "/readyz")
         assert status == 503, body
         assert "model_loaded" in orjson.loads(body)["not_ready"]
+        # No model yet, so no model series (an empty row in the dashboard's "Models served").
+        assert "streamscribe_model_info" not in http_get(base + "/metrics")[1]
         assert _wait_for_status(base + "/readyz", 200, 120), worker.log()
     finally:
         worker.stop_quietly()
@@ -894,6 +896,7 @@ def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
         tmp_path,
         STREAMSCRIBE_METRICS_PORT=str(port),
         STREAMSCRIBE_METRICS_HOST="127.0.0.1",
+        STREAMSCRIBE_LATENCY_OBJECTIVE_MS="1500",
     )
 
     def observed(text: str) -> dict[str, float]:
@@ -918,6 +921,8 @@ def test_worker_metrics_cover_the_catalogue_and_readiness_follows_the_broker(
         # Every record of the call counted ok, once.
         published = chunk_records(settings.bootstrap_servers, _topic(settings, "audio.chunks"))
         assert metric_value(text, "asr_request_total", outcome="ok") == published
+        # What the latency alerts compare with: this worker's setting.
+        assert metric_value(text, "asr_latency_objective_seconds") == 1.5
         exposed = {name for name, _ in metric_samples(text)}
         gpu_only = {"streamscribe_gpu_"}
         for spec in CATALOGUE:

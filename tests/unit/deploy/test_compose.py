@@ -190,7 +190,11 @@ def test_the_gpu_file_moves_every_worker_to_the_gpu() -> None:
     cpu = _services()["worker"]
     gpu = _merged(cpu, override["services"]["worker"])
     Draft202012Validator(SERVICE_SCHEMA).validate(gpu)
-    assert gpu["environment"] == {**cpu["environment"], "STREAMSCRIBE_DEVICE": "cuda"}
+    assert gpu["environment"] == {
+        **cpu["environment"],
+        "STREAMSCRIBE_DEVICE": "cuda",
+        "STREAMSCRIBE_LATENCY_OBJECTIVE_MS": "400",  # the CPU workers' 1500 is no GPU's
+    }
     assert re.fullmatch(DEVICE_PATTERN, gpu["environment"]["STREAMSCRIBE_DEVICE"])
     (device,) = gpu["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia"
