@@ -392,5 +392,10 @@ class CallAnalytics:
         return published, summary
 
     def view(self, state: CallState, finals: Sequence[Final]) -> CallSummary:
-        """The summary as of now: live, or the last published revision of an ended call."""
-        return summarize(state.meta(), finals, self.rules)
+        """The summary as of now. Content that differs from the last published revision (a late
+        final during the grace) is shown as the next revision, unpublished (``published_ms``
+        None): a revision number never labels content that revision did not publish."""
+        summary = summarize(state.meta(), finals, self.rules)
+        if state.revision and content_digest(summary) != state.published_digest:
+            summary = replace(summary, revision=state.revision + 1, published_ms=None)
+        return summary

@@ -159,7 +159,8 @@ class CallSummary:
     """One call's QA summary; ``to_json`` gives the ``qa_call/1`` record of ``qa.calls``.
 
     ``revision`` is 0 for a live view that was never published, then 1 for the first published
-    summary and +1 for each published change. ``compliance_passed`` is ``None`` while a rule is
+    summary and +1 for each published change (a view of changes not yet published carries the
+    next revision and no ``published_ms``). ``compliance_passed`` is ``None`` while a rule is
     pending.
     """
 

@@ -245,7 +245,11 @@ function renderQa(detail) {
     el(
       "span",
       { class: "muted" },
-      `revision ${qa.revision}${qa.published_ms ? `, published ${clockTime(qa.published_ms)}` : ""}`,
+      qa.published_ms
+        ? `revision ${qa.revision}, published ${clockTime(qa.published_ms)}`
+        : qa.revision
+          ? `revision ${qa.revision}, not yet published`
+          : "live, not yet published",
     ),
   );
   const keywords = qa.keywords.filter((keyword) => keyword.total > 0);

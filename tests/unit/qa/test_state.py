@@ -341,6 +341,27 @@ def test_the_live_view_and_the_published_summary(
     assert view.published_ms == clock.now_ms()
 
 
+def test_a_view_of_unpublished_changes_carries_the_next_revision(
+    clock: ManualClock, analytics: CallAnalytics
+) -> None:
+    # Review finding: a late final waiting for its grace showed under the number and time of
+    # the revision published before it, which never held it.
+    call = Call(analytics)
+    call.feed([*WHOLE_CALL[:2], AGENT, session(ENDED, "agent"), session(ENDED, "customer")])
+    clock.advance(GRACE_MS)
+    call.tick()
+    assert call.state is not None
+    first = analytics.view(call.state, list(call.stored.values()))
+    assert first == call.published[0]
+    call.final(CUSTOMER)  # late: published once the call has been quiet for the grace
+    pending = analytics.view(call.state, list(call.stored.values()))
+    assert (pending.revision, pending.published_ms) == (2, None)
+    assert pending.utterances == first.utterances + 1
+    clock.advance(GRACE_MS)
+    call.tick()
+    assert analytics.view(call.state, list(call.stored.values())) == call.published[1]
+
+
 def test_unrelated_events_leave_the_state_alone(analytics: CallAnalytics) -> None:
     call = Call(analytics)
     call.feed(WHOLE_CALL[:2])
