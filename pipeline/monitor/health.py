@@ -72,6 +72,9 @@ def failed_scrape(url: str, at_ms: int, error: str) -> WorkerScrape:
     return WorkerScrape(url, at_ms, up=False, error=error)
 
 
+_READ_SERIES = frozenset({CONSUMER_LAG.name, DLQ_TOTAL.name, _BUCKET_SERIES})
+
+
 def parse_worker_metrics(url: str, text: str, at_ms: int) -> WorkerScrape:
     """Read a worker's exposition text. Raises ``ValueError`` when it is not Prometheus text."""
     lag = dlq = 0.0
@@ -81,6 +84,9 @@ def parse_worker_metrics(url: str, text: str, at_ms: int) -> WorkerScrape:
     }
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
+            if sample.name in _READ_SERIES and not math.isfinite(sample.value):
+                # A NaN summed into the health strip failed every snapshot after it.
+                raise ValueError(f"{sample.name} is {sample.value}")
             if sample.name == CONSUMER_LAG.name:
                 lag += sample.value
             elif sample.name == DLQ_TOTAL.name:

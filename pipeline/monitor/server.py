@@ -212,7 +212,10 @@ class MonitorServer:
                     )
                     for scrape in scrapes:
                         self._tracker.record(scrape)
-                push_health(self._context)
+                try:
+                    push_health(self._context)
+                except Exception:  # a bug in one update must not end the health strip for good
+                    logger.exception("health update failed")
                 await asyncio.sleep(interval_s)
 
     async def _scrape(self, session: aiohttp.ClientSession, url: str) -> WorkerScrape:

@@ -288,9 +288,17 @@ class MonitorStore:
         else:
             self._apply_summary(record)
 
-    def _touch(self, call_id: str, tenant: str | None, at_ms: int) -> _Call:
+    def _touch(self, call_id: str, tenant: str | None, at_ms: int) -> _Call | None:
+        """The call a record is applied to, added if new; None to drop the record: a late one
+        of an evicted ended call, when only live calls could make room for it again."""
         call = self._calls.get(call_id)
         if call is None:
+            if (
+                call_id in self._ended_evicted
+                and len(self._calls) >= self._limits.max_calls
+                and all(other.ended_ms is None for other in self._calls.values())
+            ):
+                return None
             call = _Call(call_id, tenant or "default", started_ms=at_ms, last_record_ms=at_ms)
             call.ended_ms = self._ended_evicted.pop(call_id, None)
             self._calls[call_id] = call
@@ -320,6 +328,8 @@ class MonitorStore:
             ):
                 return
         call = self._touch(partial.call_id, partial.tenant, partial.emit_ms)
+        if call is None:
+            return
         channel = call.channels.setdefault(partial.channel, _Channel())
         channel.partial = partial
         channel.audio_ms = max(channel.audio_ms, partial.end_ms)
@@ -330,6 +340,8 @@ class MonitorStore:
         if known is not None and final.utterance_id in known.finals:
             return
         call = self._touch(final.call_id, final.tenant, final.emit_ms)
+        if call is None:
+            return
         call.finals[final.utterance_id] = final
         while len(call.finals) > self._limits.max_utterances_per_call:
             del call.finals[next(iter(call.finals))]
@@ -358,6 +370,8 @@ class MonitorStore:
         if event.call_id is None or event.channel is None:
             return
         call = self._touch(event.call_id, event.tenant, event.emit_ms)
+        if call is None:
+            return
         channel = call.channels.setdefault(event.channel, _Channel())
         if event.type is EventType.SESSION_STARTED:
             channel.ended = False
@@ -379,6 +393,8 @@ class MonitorStore:
             return
         at_ms = summary.published_ms if summary.published_ms is not None else self._clock.now_ms()
         call = self._touch(summary.call_id, summary.tenant, at_ms)
+        if call is None:
+            return
         call.qa = summary
         if summary.status is CallStatus.ENDED and call.ended_ms is None:
             call.ended_ms = at_ms
@@ -387,14 +403,15 @@ class MonitorStore:
     # -- limits ----------------------------------------------------------------------------
 
     def _evict_over_limit(self, keep: str) -> None:
+        """Past ``max_calls``: the ended call with the oldest newest record goes first, then the
+        live one. By record time, not by arrival: a restart re-reads the window partition by
+        partition, and must keep the most recent calls, not the last read."""
         while len(self._calls) > self._limits.max_calls:
-            victim = next(
-                (cid for cid, call in self._calls.items() if call.ended_ms is not None),
-                None,
+            victim = min(
+                (call for cid, call in self._calls.items() if cid != keep),
+                key=lambda call: (call.ended_ms is None, call.last_record_ms),
             )
-            if victim is None or victim == keep:
-                victim = next(cid for cid in self._calls if cid != keep)
-            self._evict(victim)
+            self._evict(victim.call_id)
 
     def _evict(self, call_id: str) -> None:
         ended_ms = self._calls[call_id].ended_ms
@@ -526,10 +543,12 @@ class MonitorStore:
             matches.append(call)
         total = len(matches)
         pages = max(1, math.ceil(total / query.page_size))
-        first = (query.page - 1) * query.page_size
+        # A page past the end (a stale link, calls evicted while paging) is the last page.
+        page = min(query.page, pages)
+        first = (page - 1) * query.page_size
         chosen = _newest_first(matches)[first : first + query.page_size]
         return CallPage(
-            tuple(self._row(call) for call in chosen), total, query.page, query.page_size, pages
+            tuple(self._row(call) for call in chosen), total, page, query.page_size, pages
         )
 
     def _search_lines(self, call: _Call) -> tuple[str, ...]:

@@ -57,6 +57,15 @@ def test_text_that_is_not_prometheus_exposition_raises() -> None:
         parse_worker_metrics(URL_A, "<html>not metrics</html>\n", T0_MS)
 
 
+@pytest.mark.parametrize("value", ["NaN", "+Inf"])
+def test_a_non_finite_value_is_a_failed_scrape(value: str) -> None:
+    # Review finding: a NaN lag was summed into the health strip, and every snapshot after it
+    # failed (/api/health 500, the live page's stream closed, the health loop ended).
+    text = f'asr_consumer_lag_records{{partition="0"}} {value}\n'
+    with pytest.raises(ValueError, match="asr_consumer_lag_records is"):
+        parse_worker_metrics(URL_A, text, T0_MS)
+
+
 def test_histogram_quantile_interpolates_like_prometheus() -> None:
     buckets = ((0.1, 10.0), (0.2, 60.0), (0.5, 100.0), (float("inf"), 100.0))
     assert histogram_quantile(0.5, buckets) == pytest.approx(0.18)
