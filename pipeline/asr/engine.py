@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -75,6 +75,8 @@ class _Expected:
     finals_through: int
     start_samples: int  # its first sample in the call (16 kHz)
     next_index: int
+    tenant: str = "default"
+    stats: SessionStats | None = None  # what it had heard before ``start_samples``
 
 
 class BiasSource(Protocol):
@@ -270,6 +272,8 @@ class StreamingEngine:
                 session.finals_through = expected.finals_through
                 if expected.start_samples or expected.next_index:
                     session.start_at(expected.start_samples, expected.next_index)
+                if expected.stats is not None:
+                    session.stats = replace(expected.stats)
             self._sessions[key] = session
         return session
 
@@ -301,10 +305,18 @@ class StreamingEngine:
         session.end_pending = session.end_pending or end_of_stream
 
     def close(self, key: SessionKey) -> None:
-        """End a session that will get no more audio (idle timeout): like an end of stream."""
+        """End a session that will get no more audio (idle timeout): like an end of stream.
+        An expected session that never got a chunk is begun to be ended (its ``SessionEnded``
+        reports what it had heard before)."""
         session = self._sessions.get(key)
+        if session is None and key in self._expected:
+            session = self._session(key, self._expected[key].tenant)
         if session is not None:
             session.end_pending = True
+
+    def knows(self, key: SessionKey) -> bool:
+        """Open, or expected by ``expect`` (not yet begun)."""
+        return key in self._sessions or key in self._expected
 
     def drop(self, key: SessionKey) -> None:
         """Forget a session without output (its partition moved to another worker)."""
@@ -320,14 +332,18 @@ class StreamingEngine:
         *,
         next_index: int = 0,
         start_samples: int = 0,
+        tenant: str = "default",
+        stats: SessionStats | None = None,
     ) -> None:
         """A session that will be replayed: utterances ``<= finals_through`` were finalized
         before a failover and are not emitted again. From its first chunk, ``next_index`` and
         ``start_samples`` are 0; from a later chunk (records before it were released by a
         snapshot that turned out unusable) they are the snapshot's: the replay's utterances
-        continue the numbering, and their times count from the call's start, not the replay's.
+        continue the numbering, and their times count from the call's start, not the replay's;
+        ``stats`` (the snapshot's) keeps its ``SessionEnded`` counting from the call's start too.
+        ``tenant`` is the session's, should it be closed before its first chunk.
         """
-        self._expected[key] = _Expected(finals_through, start_samples, next_index)
+        self._expected[key] = _Expected(finals_through, start_samples, next_index, tenant, stats)
 
     # -- checkpoints -------------------------------------------------------------------------
 

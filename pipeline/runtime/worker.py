@@ -57,7 +57,7 @@ from confluent_kafka import (
 )
 
 from pipeline.asr.engine import SessionEnded, StreamingEngine, Suppressed
-from pipeline.asr.session import SessionKey, SessionSnapshot
+from pipeline.asr.session import SessionKey, SessionSnapshot, SessionStats
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
 from pipeline.contracts.messages import (
@@ -654,7 +654,7 @@ class AsrWorker:
                 if (
                     not session.ended
                     and now_ms - session.last_activity_ms > timeout_ms
-                    and key in self._engine.sessions
+                    and self._engine.knows(key)  # a cold resume is only expected until a chunk
                 ):
                     self._engine.close(key)
                     # Closed now: a chunk that comes before its final is out is refused as
@@ -1131,6 +1131,8 @@ class AsrWorker:
                 checkpoint.finals_through,
                 next_index=snapshot.next_index,
                 start_samples=snapshot.total_samples,
+                tenant=snapshot.tenant,
+                stats=SessionStats(*snapshot.stats),
             )
         self._admission.restore(key, _clone(admission))
         session.snapshot = snapshot

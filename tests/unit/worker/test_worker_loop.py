@@ -435,8 +435,9 @@ class _PickyVad(_Silence):
         return None
 
 
-def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_worker() -> None:
-    clock = ManualClock(1_000_000)
+def _takeover_of_an_unusable_snapshot(clock: ManualClock) -> tuple[AsrWorker, _Producer]:
+    """A survivor of an owner that heard 10 chunks of c1 and snapshotted them, the snapshot
+    damaged so that the survivor's VAD cannot import it (c1 resumes cold)."""
     first, committed = _worker(clock, _PickyVad())
     first._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
     first._iteration()
@@ -450,11 +451,36 @@ def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_wo
                 value = orjson.dumps(record)
         damaged.append((topic, key, value, headers))
     committed.committed = damaged
-    survivor, _ = _takeover(clock, committed, vad=_PickyVad())
+    return _takeover(clock, committed, vad=_PickyVad())
+
+
+def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_worker() -> None:
+    clock = ManualClock(1_000_000)
+    survivor, _ = _takeover_of_an_unusable_snapshot(clock)
     assert SessionKey("c1", "mono") not in survivor._engine.sessions  # replayed, not restored
     survivor._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10, 20)]
     survivor._iteration()
     assert SessionKey("c1", "mono") in survivor._engine.sessions
+
+
+def test_a_call_resumed_cold_whose_caller_is_gone_is_still_closed_with_its_whole_length() -> None:
+    # Review finding: a session resumed cold is only expected by the engine until its next
+    # chunk, and the idle close skipped it: never ended, holding a session slot for good. Its
+    # session_ended also counted only the audio heard after the resume.
+    clock = ManualClock(1_000_000)
+    survivor, producer = _takeover_of_an_unusable_snapshot(clock)
+    for _ in range(40):  # 40 s of fetching, past the 30 s idle timeout; no chunk of c1
+        clock.advance(1_000)
+        survivor._iteration()
+    survivor._commit()
+    ended = [
+        orjson.loads(value)
+        for topic, _, value, _ in producer.committed
+        if "events" in topic and orjson.loads(value)["type"] == "session_ended"
+    ]
+    assert [event["detail"]["duration_ms"] for event in ended] == [200]  # the 10 chunks before
+    assert SessionKey("c1", "mono") not in survivor._book.partitions[0].sessions
+    assert survivor._admission.open_sessions == 0
 
 
 def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> None:
