@@ -3,7 +3,10 @@
 # downloads nothing).
 
 SHELL := /bin/bash
+# A failing command fails its recipe, inside a pipe too (`pip freeze | sed` in `lock`).
+.SHELLFLAGS := -eo pipefail -c
 PYTHON_BIN ?= python3.11
+PIP_VERSION := 26.3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -29,10 +32,11 @@ system-packages:  ## install missing Debian packages (apt-get update once, only 
 
 venv: $(STAMP)  ## virtualenv with the package (editable) and its dev extra
 
-$(STAMP): pyproject.toml constraints.txt
+# After the Debian packages (python3.11-venv), whichever target asks for the venv first.
+$(STAMP): pyproject.toml constraints.txt | system-packages
 	@# A venv whose creation failed half-way (no ensurepip) has a python but no pip: redo it.
 	@test -x $(VENV)/bin/pip || { rm -rf $(VENV); $(PYTHON_BIN) -m venv $(VENV); }
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet pip==$(PIP_VERSION)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 

@@ -32,7 +32,9 @@ fetch() {
   command -v java >/dev/null || { log "Java 17+ is required: apt-get install openjdk-17-jre-headless"; exit 1; }
   log "resolving Apache Kafka $KAFKA_VERSION from Maven Central into $LIBS"
   mkdir -p "$LIBS"
+  # Maven's own download cache in the project's cache too, not in ~/.m2.
   mvn -q -B -f "$HERE/kafka-pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+    -Dmaven.repo.local="$CACHE/m2" \
     dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$LIBS"
   touch "$LIBS/.complete"
 }

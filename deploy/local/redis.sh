@@ -12,7 +12,9 @@ RUN="$CACHE/run/redis-$REDIS_PORT"
 
 log() { echo "redis: $*" >&2; }
 
-ping() { redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
+# Bounded: redis-cli waits forever on a port held by something that is not Redis.
+ping() { timeout 2 redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null | grep -q PONG; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; }
 
 # shellcheck source=deploy/local/pidfile.sh
 . "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/pidfile.sh"
@@ -23,6 +25,10 @@ up() {
   if pid_alive && ping; then
     log "already running on 127.0.0.1:$REDIS_PORT"
     return 0
+  fi
+  if port_open; then
+    log "port $REDIS_PORT is taken by another process; set REDIS_PORT or STREAMSCRIBE_REDIS_URL"
+    exit 1
   fi
   mkdir -p "$RUN"
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --dir "$RUN" --daemonize yes \
