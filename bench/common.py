@@ -169,7 +169,7 @@ class ViewUpdate:
 
 
 def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[float]:
-    """How long every chunk of speech waited before a screen showed it: chunk → view latency.
+    """How long every chunk of an utterance shown waited before a screen showed it: chunk → view.
 
     An utterance's audio runs from its ``speech_start_capture_ms`` to its final's
     ``covered_capture_ms`` (for an utterance with no final, one suppressed, empty or never
@@ -180,9 +180,11 @@ def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[
     ``t``; its value is that output's ``emit_ms − t``. One value per chunk, in no particular
     order; ``updates`` may come in any order.
 
-    Every chunk counts, not only those a partial happened to end on: an utterance without a
-    partial counts all its chunks at its final's time, and a long gap between two partials
-    counts every chunk that waited through it (so rare partials cost what they cost a reader).
+    Every chunk of an utterance shown counts, not only those a partial happened to end on: an
+    utterance without a partial counts all its chunks at its final's time, and a long gap
+    between two partials counts every chunk that waited through it (so rare partials cost what
+    they cost a reader). An utterance never shown at all (no partial, no final) is not in
+    ``updates`` and adds nothing: it shows in the WER, as deletions, not here.
     """
     by_utterance: dict[tuple[str, int], list[ViewUpdate]] = {}
     for update in updates:

@@ -9,9 +9,10 @@ that audio is complete and stamped with the capture time of its first sample; ca
 random offsets within 2 s. A reader (``read_committed``) follows the partials, finals and
 events topics and stamps each record with the wall time it arrived.
 
-- capture→view: every 20 ms chunk of speech, from its capture until a subscriber received the
-  first partial or final of its utterance that shows it (``bench.common.chunk_to_view_ms``):
-  what a reader of the live transcript waits, chunks that no partial covered included.
+- capture→view: every 20 ms chunk of the utterances shown, from its capture until a subscriber
+  received the first partial or final of its utterance that shows it
+  (``bench.common.chunk_to_view_ms``): what a reader of the live transcript waits, chunks that
+  no partial covered included (an utterance never shown is not counted; it costs WER).
 - chunk-capture→partial: partial received − ``partial.capture_ms`` (capture time of the newest
   audio the partial covers), over the partials that came only. The worker-side figure (emit −
   capture, before Kafka) is reported beside it.
@@ -852,8 +853,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     recovery = results.get("recovery")
     targets = [
         Target(
-            f"{TARGET_CALLS} calls: P95 capture→view (every chunk of speech, until a partial or "
-            "final shows it)",
+            f"{TARGET_CALLS} calls: P95 capture→view (every chunk of the utterances shown, until "
+            "a partial or final shows it)",
             None if not at_target else _s(at_target["chunk_to_view_ms"]["p95"]),
             TARGET_PARTIAL_P95_S,
             "s",

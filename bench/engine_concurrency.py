@@ -14,9 +14,10 @@ channels (cycled for large N), each starting at a random offset within the first
 
 - chunk→view (``bench.common.chunk_to_view_ms``): for every 20 ms chunk of every utterance's
   audio (its gated speech start to its end), the time from the chunk's capture end until the
-  first partial or final of its utterance that covers it is emitted. Every chunk counts: an
-  utterance that got no partial counts all its chunks at its final, a gap between partials
-  counts every chunk that waited in it. The live-view target is judged on this.
+  first partial or final of its utterance that covers it is emitted. Every chunk of an utterance
+  shown counts: an utterance that got no partial counts all its chunks at its final, a gap
+  between partials counts every chunk that waited in it; one never shown is not counted (it
+  costs WER). The live-view target is judged on this.
 - chunk→partial over emitted partials only: ``partial.emit_ms − partial.capture_ms`` for each
   partial that came (the newest audio it covers); blind to chunks no partial showed, kept
   beside the above for comparison with earlier runs.
@@ -571,8 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         loaded_overhead = at_target["memory"]["overhead_per_session_bytes"]["p50"] / 2**20
     targets = [
         Target(
-            f"{TARGET_CHANNELS} channels: P95 chunk→view (every chunk of speech until a "
-            "partial or final shows it)",
+            f"{TARGET_CHANNELS} channels: P95 chunk→view (every chunk of the utterances "
+            "shown, until a partial or final shows it)",
             None if not at_target else _seconds(at_target["chunk_to_view_ms"]["p95"]),
             TARGET_VIEW_P95_S,
             "s",

@@ -25,9 +25,10 @@ Both systems get the same live load, with the latency definitions of
 Latencies, computed alike for both systems from what each emits: **chunk → view**
 (``bench.common.chunk_to_view_ms``) = for every 20 ms chunk of every utterance's audio (its gated
 speech start to its end), the emit time of the first partial or final of that utterance covering
-the chunk − the chunk's capture end; every chunk counts, so an utterance without partials and
-the chunks waiting between rare partials count in full. **chunk → partial over emitted partials
-only** = a partial's emit time − the capture time of the newest audio it covers, for the partials
+the chunk − the chunk's capture end; every chunk of an utterance shown counts, so an utterance
+without partials and the chunks waiting between rare partials count in full (an utterance never
+shown adds nothing here: it counts in the WER, as deletions). **chunk → partial over emitted
+partials only** = a partial's emit time − the capture time of the newest audio it covers, for the partials
 that came (blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** =
 a final's emit time − the capture time of the audio that decided its endpoint (800 ms of
 silence, or the end of the stream). WER (``pipeline.evaluation``): each channel's finals joined
@@ -455,8 +456,8 @@ def sweep(
 
 
 def is_sustained(level: dict[str, Any]) -> bool:
-    """Every channel finished and P95 chunk → view ≤ 1.5 s: every chunk of speech, whether a
-    partial or only the final showed it (the issue's criterion, with no chunk left out)."""
+    """Every channel finished and P95 chunk → view ≤ 1.5 s: every chunk of the utterances shown,
+    whether a partial or only the final showed it (an utterance never shown is not counted)."""
     p95 = level["chunk_to_view_s"]["p95"]
     return bool(level["drained"] and p95 is not None and p95 <= SUSTAIN_P95_S)
 
@@ -573,9 +574,10 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
         "weights, same latency definitions as the engine concurrency benchmark. Latency in s "
         "(P50 / P95 / P99); WER of the finals in %; CPU = the benchmark process, % of all "
         "cores; machine = every process on the machine (the machine is shared). Chunk → "
-        "view = for every 20 ms chunk of speech, its capture → the first partial or final "
-        "that shows it (`bench.common.chunk_to_view_ms`): an utterance with no partial counts "
-        "all its chunks at its final, the chunks waiting between rare partials count in full. "
+        "view = for every 20 ms chunk of the utterances shown, its capture → the first partial "
+        "or final that shows it (`bench.common.chunk_to_view_ms`): an utterance with no partial "
+        "counts all its chunks at its final, the chunks waiting between rare partials count in "
+        "full; an utterance never shown is not counted (it costs WER, as deletions). "
         "Chunk → partial over emitted partials only = each partial's emit − the capture of the "
         "newest audio it covers (blind to the chunks no partial showed). **Sustained**: P95 "
         "chunk → view ≤ 1.5 s and every channel finished.",
@@ -787,7 +789,8 @@ def measure(
             "whisper_streaming's or WhisperLive's code. Its VAD is silero's own packaged model "
             "(silero-vad's load_silero_vad()), one instance per stream called one frame at a "
             "time, as those systems run it; streamscribe's is the engine's batched SileroVad.",
-            "Sustained is judged on chunk → view, which counts every chunk of speech; sweeps "
+            "Sustained is judged on chunk → view, which counts every chunk of the utterances "
+            "shown; sweeps "
             "before it judged P95 chunk → partial over emitted partials only plus a partial "
             "refresh bound, and are not comparable with this one.",
         ],

@@ -188,8 +188,6 @@ def _machine_rows(machine: dict[str, Any]) -> list[list[str]]:
         ["GPU", str(machine.get("gpu") or "none (CPU only)")],
         ["OS / Python", f"{machine.get('os', '—')} / {machine.get('python', '—')}"],
         ["torch", str(machine.get("torch", "—"))],
-        ["load average at start (1 / 5 min)", str(machine.get("load_average_1m_5m", "—"))],
-        ["commit", str(machine.get("git_commit", "—"))],
     ]
 
 
@@ -198,7 +196,8 @@ def machines_by_device(
 ) -> dict[str, dict[str, Any]]:
     """The machine of each device's runs: ``cpu`` for ``<name>``, ``cuda`` for ``<name>-cuda``
     (the first report of that device, in ``names`` order, that records one). Runs on another
-    device were measured on another machine (the CUDA runs on a lent GPU machine)."""
+    device were measured on another machine (the CUDA runs on a lent GPU machine). What differs
+    between runs on one machine (commit, load) is in each benchmark's row of the list."""
     machines: dict[str, dict[str, Any]] = {}
     for name in names:
         machine = reports[name].get("machine")
@@ -252,8 +251,8 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         "`bench.run` gives engine_concurrency, e2e and peer_sweep 2 threads: "
         "they measure what the engine does with the whole machine (the peer uses both cores).",
         "",
-        "| benchmark | what | mode | measured | wall s |",
-        "| --- | --- | --- | --- | --- |",
+        "| benchmark | what | mode | measured | wall s | commit | load at start (1 / 5 min) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     summaries = {b.name: b.summary for b in BENCHMARKS}
     for name in names:
@@ -268,7 +267,8 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         lines.append(
             f"| [{name}](#{name.replace('_', '-')}) | {summaries.get(name, '')} | "
             f"{'quick' if report.get('quick') else 'full'} | "
-            f"{machine.get('date_utc', '—')} | {fmt(report.get('wall_s'), 0)} |"
+            f"{machine.get('date_utc', '—')} | {fmt(report.get('wall_s'), 0)} | "
+            f"{machine.get('git_commit', '—')} | {machine.get('load_average_1m_5m', '—')} |"
         )
     machines = machines_by_device(reports, names)
     if machines:

@@ -124,6 +124,12 @@ def test_each_devices_machine_is_shown(tmp_path: Path) -> None:
     assert "GPU host CPU" in machine
     assert "NVIDIA H200" in machine
     assert "none (CPU only)" in machine  # the CPU runs' machine, beside it
+    # Review finding: the one machine table showed the first benchmark's commit and load for
+    # all; each benchmark's row now has its own.
+    cuda["machine"].update(git_commit="abc1234", load_average_1m_5m=[2.5, 2.0])
+    (tmp_path / "engine_rtf-cuda.json").write_text(json.dumps(cuda))
+    row = next(line for line in build_readme(tmp_path).splitlines() if "(CUDA) |" in line)
+    assert row.endswith("| abc1234 | [2.5, 2.0] |")
 
 
 EXPOSITION = """\
