@@ -28,8 +28,8 @@ speech start to its end), the emit time of the first partial or final of that ut
 the chunk − the chunk's capture end; every chunk of an utterance shown counts, so an utterance
 without partials and the chunks waiting between rare partials count in full (an utterance never
 shown adds nothing here: it counts in the WER, as deletions). **chunk → partial over emitted
-partials only** = a partial's emit time − the capture time of the newest audio it covers, for the partials
-that came (blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** =
+partials only** = a partial's emit time − the capture time of the newest audio it covers, for
+the partials that came (blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** =
 a final's emit time − the capture time of the audio that decided its endpoint (800 ms of
 silence, or the end of the stream). WER (``pipeline.evaluation``): each channel's finals joined
 against its reference (``refs.tsv``; channels play their whole call), summed over the channels
