@@ -24,16 +24,15 @@ Both systems get the same live load, with the latency definitions of
 
 Latencies, computed alike for both systems from what each emits: **chunk → view**
 (``bench.common.chunk_to_view_ms``) = for every 20 ms chunk of every utterance's audio (its gated
-speech start to its end), the emit time of the first partial or final of that utterance covering
-the chunk − the chunk's capture end; every chunk of an utterance shown counts, so an utterance
-without partials and the chunks waiting between rare partials count in full (an utterance never
-shown adds nothing here: it counts in the WER, as deletions). **chunk → partial over emitted
-partials only** = a partial's emit time − the capture time of the newest audio it covers, for
-the partials that came (blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** =
-a final's emit time − the capture time of the audio that decided its endpoint (800 ms of
-silence, or the end of the stream). WER (``pipeline.evaluation``): each channel's finals joined
-against its reference (``refs.tsv``; channels play their whole call), summed over the channels
-of a run.
+speech start to its end), the emit time of the first partial or final of that utterance covering the
+chunk − the chunk's capture end; every chunk of an utterance shown counts, so an utterance without
+partials and the chunks waiting between rare partials count in full (an utterance never shown adds
+nothing here: it counts in the WER, as deletions). **chunk → partial over emitted partials only** =
+a partial's emit time − the capture time of the newest audio it covers, for the partials that came
+(blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** = a final's
+emit time − the capture time of the audio that decided its endpoint (800 ms of silence, or the end
+of the stream). WER (``pipeline.evaluation``): each channel's finals joined against its reference
+(``refs.tsv``; channels play their whole call), summed over the channels of a run.
 
 The sweep runs N = 1, 2, 4, 8, 16, 32 (quick: 1, 4, 8, 16), the systems one after the other
 at each N, and stops a system once its P95 chunk → view passes 5 s (or it cannot finish the
