@@ -262,7 +262,11 @@ class WorkerSettings:
         maximum=1_000_000,  # confluent-kafka's limit of one consume()
     )
     poll_timeout_ms: int = setting(
-        20, "POLL_TIMEOUT_MS", "longest wait for records per poll", minimum=0
+        20,
+        "POLL_TIMEOUT_MS",
+        "longest wait for records per poll",
+        minimum=0,
+        maximum=60_000,  # from 2^31 ms on, confluent-kafka's consume returns at once: a busy loop
     )
     commit_interval_ms: int = setting(
         1000,

@@ -40,10 +40,12 @@ def check_consistency(settings: Settings) -> None:
     from pipeline.asr.factory import engine_config
     from pipeline.hotwords.registry import RegistryConfig
     from pipeline.monitor.server import validate_monitor_settings
+    from pipeline.qa.app import faust_credentials
 
     engine_config(settings.asr)
     RegistryConfig.from_settings(settings.hotwords)
     validate_monitor_settings(settings.monitor)
+    faust_credentials(settings.kafka.client)  # the QA app's reading of the Kafka security
 
 
 def _show(args: argparse.Namespace) -> int:

@@ -66,7 +66,8 @@ def add_env_option(
         if default is not None and default is not False and not isinstance(default, InvalidEnv)
         else ")"
     )
-    parser.add_argument(*flags, default=default, help=help + shown, **kwargs)
+    # argparse formats help with %: a value's own % (a URL-encoded path) must not be read so.
+    parser.add_argument(*flags, default=default, help=help + shown.replace("%", "%%"), **kwargs)
 
 
 def _from_env(env: str, raw: str, kwargs: dict[str, Any]) -> Any:
@@ -143,7 +144,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """
     settings = load_settings(args.config)
     kafka = settings.kafka
-    if args.bootstrap:
+    if args.bootstrap is not None:  # an empty one is refused below, as from the environment
         kafka = dataclasses.replace(kafka, bootstrap_servers=args.bootstrap)
     if args.topic_prefix is not None:
         kafka = dataclasses.replace(kafka, topic_prefix=args.topic_prefix)

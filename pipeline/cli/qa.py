@@ -78,10 +78,13 @@ def _describe(rules: QaRules) -> str:
 def _run(args: argparse.Namespace) -> int:
     settings = _qa_settings(args)
     rules = load_rules(settings.qa.rules_file)
+    # Imported here: faust and aiokafka load only for the command that runs them.
+    from pipeline.qa.app import faust_credentials
+
+    faust_credentials(settings.kafka.client)  # Kafka security the QA app cannot use: refused now
     if args.check:
         print(_describe(rules))
         return 0
-    # Imported here: faust and aiokafka load only for the command that runs them.
     from pipeline.qa.app import QaApp
     from pipeline.runtime.admin import TopicAdmin
 

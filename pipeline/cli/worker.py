@@ -56,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     settings = settings_from_args(args)
-    if args.worker_id:
+    if args.worker_id is not None:
         settings = dataclasses.replace(
             settings, worker=dataclasses.replace(settings.worker, worker_id=args.worker_id)
         )

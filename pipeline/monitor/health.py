@@ -27,6 +27,7 @@ from pipeline.runtime.metrics import (
     DURATION_SECONDS,
     DurationKind,
 )
+from pipeline.settings import mask_url_passwords
 
 __all__ = [
     "HealthSnapshot",
@@ -182,7 +183,7 @@ class HealthTracker:
     def snapshot(self, now_ms: int, events_dlq_per_minute: float) -> HealthSnapshot:
         up = [s for s in (self._latest.get(url) for url in self.urls) if s is not None and s.up]
         errors = tuple(
-            f"{scrape.url}: {scrape.error}"
+            mask_url_passwords(f"{scrape.url}: {scrape.error}")
             for scrape in (self._latest.get(url) for url in self.urls)
             if scrape is not None and not scrape.up
         )

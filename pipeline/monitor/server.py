@@ -39,7 +39,7 @@ from pipeline.monitor.web import (
     push_changes,
     push_health,
 )
-from pipeline.settings import MonitorSettings, Settings
+from pipeline.settings import MonitorSettings, Settings, mask_url_passwords
 
 __all__ = ["MonitorServer", "validate_monitor_settings"]
 
@@ -74,7 +74,7 @@ def validate_monitor_settings(monitor: MonitorSettings) -> None:
         if not url.startswith(("http://", "https://")):
             raise ConfigError(
                 "monitor.worker_metrics_urls (STREAMSCRIBE_MONITOR_WORKER_METRICS_URLS) must be "
-                f"http(s) URLs, comma-separated: {url!r}"
+                f"http(s) URLs, comma-separated: {mask_url_passwords(repr(url))}"
             )
 
 

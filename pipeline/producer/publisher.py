@@ -237,7 +237,7 @@ class AudioPublisher:
         stream = CallStream(
             self,
             call_id,
-            tenant=tenant or self._tenant,
+            tenant=self._tenant if tenant is None else tenant,
             channels=tuple(channels),
             sample_rate_hz=sample_rate_hz,
             encoding=chosen_encoding,

@@ -76,3 +76,11 @@ def test_help_shows_a_default_of_zero() -> None:
     helps = {action.dest: action.help or "" for action in simulate._actions}
     assert helps["seed"].endswith("default 0)")
     assert helps["bad_rate"].endswith("default 0.0)")
+
+
+def test_help_shows_a_value_with_a_percent_sign(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Review finding: argparse read the value's % as a format and --help crashed.
+    monkeypatch.setenv("SS_TEST_PATH", "/etc/rules%20v2.toml")
+    parser = argparse.ArgumentParser()
+    add_env_option(parser, "--path", env="SS_TEST_PATH", help="a path")
+    assert "default '/etc/rules%20v2.toml'" in " ".join(parser.format_help().split())

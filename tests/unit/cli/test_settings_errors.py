@@ -132,6 +132,14 @@ def test_an_unknown_librdkafka_property_is_one_line(
             "reconnect_max_s",
         ),
         ({"STREAMSCRIBE_MONITOR_METRICS_WINDOW_MS": "100"}, "metrics_window_ms"),
+        # Review finding: Kafka security the QA app cannot use passed `config` (and qa --check).
+        (
+            {
+                "STREAMSCRIBE_LIBRDKAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+                "STREAMSCRIBE_LIBRDKAFKA_SASL_MECHANISM": "OAUTHBEARER",
+            },
+            "sasl.mechanism 'OAUTHBEARER' is not supported",
+        ),
     ],
 )
 def test_config_finds_what_only_a_starting_command_used_to(
@@ -146,3 +154,29 @@ def test_config_finds_what_only_a_starting_command_used_to(
         monkeypatch.setenv(name, value)
     assert main([*NO_BROKER, "config"]) == 2
     assert match in one_error_line(capsys)
+
+
+def test_qa_check_refuses_kafka_security_the_qa_app_cannot_use(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("STREAMSCRIBE_LIBRDKAFKA_SECURITY_PROTOCOL", "SASL_SSL")
+    monkeypatch.setenv("STREAMSCRIBE_LIBRDKAFKA_SASL_MECHANISM", "OAUTHBEARER")
+    assert main([*NO_BROKER, "qa", "--check"]) == 2
+    assert "OAUTHBEARER" in one_error_line(capsys)
+
+
+def test_an_empty_bootstrap_flag_is_refused_like_an_empty_variable(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Review finding: `--bootstrap "$UNSET"` quietly used the file's or the default broker.
+    assert main(["--bootstrap", "", "config"]) == 2
+    assert "must be non-empty" in one_error_line(capsys)
+
+
+def test_a_poll_timeout_librdkafka_would_return_at_once_from_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Review finding: from 2^31 ms on, consume() returns at once and the loop spins.
+    monkeypatch.setenv("STREAMSCRIBE_POLL_TIMEOUT_MS", str(2**31))
+    assert main([*NO_BROKER, "config"]) == 2
+    assert "POLL_TIMEOUT_MS" in one_error_line(capsys)

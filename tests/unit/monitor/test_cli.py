@@ -71,6 +71,14 @@ def test_unusable_settings_are_config_errors_naming_the_variable(
         validate_monitor_settings(MonitorSettings(**change))  # type: ignore[arg-type]
 
 
+def test_a_refused_metrics_url_is_shown_without_its_password() -> None:
+    # Review finding: the error quoted the URL whole, password included.
+    with pytest.raises(ConfigError) as refused:
+        validate_monitor_settings(MonitorSettings(worker_metrics_urls="ftp://u:secretpw@h/metrics"))
+    assert "secretpw" not in str(refused.value)
+    assert "ftp://u:***@h/metrics" in str(refused.value)
+
+
 def test_a_bad_flag_value_exits_2_with_one_line_before_touching_kafka(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

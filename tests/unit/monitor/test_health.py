@@ -134,6 +134,15 @@ def test_a_restarted_worker_counts_what_it_counted_since_the_restart() -> None:
     assert tracker.snapshot(T0_MS + 60_000, 0.0).dlq_per_minute == pytest.approx(1.0)
 
 
+def test_a_scrape_error_on_the_health_strip_hides_the_urls_password() -> None:
+    # Review finding: /api/health and the page showed a metrics URL's password.
+    url = "http://ops:metricspw@w1:9400/metrics"
+    tracker = HealthTracker((url,), window_ms=60_000)
+    tracker.record(failed_scrape(url, T0_MS, "Cannot connect to host w1:9400"))
+    errors = tracker.snapshot(T0_MS, events_dlq_per_minute=0.0).errors
+    assert errors == ("http://ops:***@w1:9400/metrics: Cannot connect to host w1:9400",)
+
+
 def test_an_unreachable_worker_is_down_with_its_error_and_events_fill_in() -> None:
     tracker = HealthTracker((URL_A, URL_B), window_ms=60_000)
     tracker.record(parse_worker_metrics(URL_A, _text(_worker()), T0_MS))
