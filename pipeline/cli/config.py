@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from pipeline.cli.options import settings_from_args
+from pipeline.cli.options import settings_from_args, warn_unknown_env_variables
 from pipeline.settings import Settings, describe_settings
 
 __all__ = ["check_consistency", "register", "settings_markdown"]
@@ -41,7 +41,9 @@ def check_consistency(settings: Settings) -> None:
     from pipeline.hotwords.registry import RegistryConfig
     from pipeline.monitor.server import validate_monitor_settings
     from pipeline.qa.app import faust_credentials
+    from pipeline.runtime.admin import admin_client
 
+    admin_client(settings.kafka)  # librdkafka checks the pass-through keys; no broker is contacted
     engine_config(settings.asr)
     RegistryConfig.from_settings(settings.hotwords)
     validate_monitor_settings(settings.monitor)
@@ -54,6 +56,7 @@ def _show(args: argparse.Namespace) -> int:
         return 0
     settings = settings_from_args(args)
     check_consistency(settings)
+    warn_unknown_env_variables()
     rows = describe_settings(settings)
     width = max(len(row.name) for row in rows)
     env_width = max(len(row.env) for row in rows)

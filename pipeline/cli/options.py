@@ -7,10 +7,18 @@ import contextlib
 import dataclasses
 import os
 import signal
-from collections.abc import Iterator
+import sys
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from pipeline.settings import Settings, load_settings, mask_url_passwords, validate_settings
+from pipeline.settings import (
+    LIBRDKAFKA_ENV_PREFIX,
+    Settings,
+    describe_settings,
+    load_settings,
+    mask_url_passwords,
+    validate_settings,
+)
 
 __all__ = [
     "LOG_LEVELS",
@@ -20,6 +28,8 @@ __all__ = [
     "add_log_level_option",
     "invalid_env",
     "settings_from_args",
+    "unknown_env_variables",
+    "warn_unknown_env_variables",
 ]
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -45,6 +55,10 @@ class InvalidEnv:
         return f"{self.env}={mask_url_passwords(repr(self.raw))}: {self.reason}"
 
 
+ENV_OPTIONS: set[str] = set()
+"""Every variable ``add_env_option`` has read (all of them once ``build_parser`` ran)."""
+
+
 def add_env_option(
     parser: argparse.ArgumentParser | Any,
     *flags: str,
@@ -59,6 +73,7 @@ def add_env_option(
     from ``redis://:pw@host`` shows ``redis://:***@host``): help text ends up in terminals,
     logs and bug reports."""
     default = kwargs.pop("default", None)
+    ENV_OPTIONS.add(env)
     if env in os.environ:
         default = _from_env(env, os.environ[env], kwargs)
     shown = f" (env {env}" + (
@@ -165,3 +180,31 @@ def sigterm_as_interrupt() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def unknown_env_variables(env: Mapping[str, str] | None = None) -> list[str]:
+    """``STREAMSCRIBE_*`` variables that nothing reads (a mistyped name is silently ignored
+    otherwise): not a setting's, not a command's option (``ENV_OPTIONS``, complete once the
+    parser is built), not a ``STREAMSCRIBE_LIBRDKAFKA_*`` pass-through, not CONFIG or CACHE."""
+    known = {row.env for row in describe_settings()} | ENV_OPTIONS | _OTHER_VARIABLES
+    return sorted(
+        name
+        for name in (os.environ if env is None else env)
+        if name.startswith("STREAMSCRIBE_")
+        and name not in known
+        and not name.startswith(LIBRDKAFKA_ENV_PREFIX)
+    )
+
+
+_OTHER_VARIABLES = frozenset({"STREAMSCRIBE_CONFIG", "STREAMSCRIBE_CACHE"})
+"""Read outside the settings: the settings file's path, the local services' cache folder."""
+
+
+def warn_unknown_env_variables() -> None:
+    """One warning line on stderr per ``unknown_env_variables`` name."""
+    for name in unknown_env_variables():
+        print(
+            f"streamscribe: warning: {name} is not a Streamscribe variable (mistyped?); "
+            "it is ignored",
+            file=sys.stderr,
+        )

@@ -10,7 +10,12 @@ import signal
 import time
 from typing import Any
 
-from pipeline.cli.options import add_env_option, add_log_level_option, settings_from_args
+from pipeline.cli.options import (
+    add_env_option,
+    add_log_level_option,
+    settings_from_args,
+    warn_unknown_env_variables,
+)
 from pipeline.clock import WallClock
 from pipeline.settings import validate_settings
 
@@ -56,6 +61,7 @@ def _run(args: argparse.Namespace) -> int:
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     settings = settings_from_args(args)
+    warn_unknown_env_variables()
     if args.worker_id is not None:
         settings = dataclasses.replace(
             settings, worker=dataclasses.replace(settings.worker, worker_id=args.worker_id)

@@ -107,7 +107,9 @@ def test_worker_metrics_port_out_of_range_is_one_line(
 
 
 @pytest.mark.usefixtures("_worker_leaves_signals_alone")
-@pytest.mark.parametrize("argv", [["topics", "list"], ["topics", "apply"], ["qa"], ["worker"]])
+@pytest.mark.parametrize(
+    "argv", [["topics", "list"], ["topics", "apply"], ["qa"], ["worker"], ["config"]]
+)
 def test_an_unknown_librdkafka_property_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
@@ -180,3 +182,19 @@ def test_a_poll_timeout_librdkafka_would_return_at_once_from_is_refused(
     monkeypatch.setenv("STREAMSCRIBE_POLL_TIMEOUT_MS", str(2**31))
     assert main([*NO_BROKER, "config"]) == 2
     assert "POLL_TIMEOUT_MS" in one_error_line(capsys)
+
+
+def test_config_warns_of_a_streamscribe_variable_nothing_reads(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Review finding: a mistyped name (one S too many) was silently ignored, and the worker
+    # connected to the default broker.
+    monkeypatch.setenv("STREAMSCRIBE_KAFKA_BOOTSTRAPS", "prod-kafka:9092")
+    monkeypatch.setenv("STREAMSCRIBE_TAIL_JSON", "1")  # a command's option: known
+    monkeypatch.setenv("STREAMSCRIBE_LIBRDKAFKA_CLIENT_ID", "x")  # a pass-through: known
+    assert main([*NO_BROKER, "config"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warnings == [
+        "streamscribe: warning: STREAMSCRIBE_KAFKA_BOOTSTRAPS is not a Streamscribe variable "
+        "(mistyped?); it is ignored"
+    ]
