@@ -60,6 +60,7 @@ __all__ = [
     "add_device_option",
     "bench_parser",
     "call_clips",
+    "chunk_to_view_by_stream_ms",
     "chunk_to_view_ms",
     "corpus_wer",
     "fmt",
@@ -169,6 +170,14 @@ class ViewUpdate:
 
 
 def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[float]:
+    """``chunk_to_view_by_stream_ms`` of every stream, in one list."""
+    by_stream = chunk_to_view_by_stream_ms(updates, chunk_ms)
+    return [latency for latencies in by_stream.values() for latency in latencies]
+
+
+def chunk_to_view_by_stream_ms(
+    updates: Iterable[ViewUpdate], chunk_ms: int = 20
+) -> dict[str, list[float]]:
     """How long every chunk of an utterance shown waited before a screen showed it: chunk → view.
 
     An utterance's audio runs from its ``speech_start_capture_ms`` to its final's
@@ -177,8 +186,8 @@ def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[
     into chunks of ``chunk_ms`` from its start (the last one shorter). A chunk ending at
     capture time ``t`` (its last sample captured, so it could be handed over) is shown by the
     first output of its utterance, partial or final, by emit time, whose covered audio reaches
-    ``t``; its value is that output's ``emit_ms − t``. One value per chunk, in no particular
-    order; ``updates`` may come in any order.
+    ``t``; its value is that output's ``emit_ms − t``. One value per chunk, by stream, in no
+    particular order; ``updates`` may come in any order.
 
     Every chunk of an utterance shown counts, not only those a partial happened to end on: an
     utterance without a partial counts all its chunks at its final's time, and a long gap
@@ -189,8 +198,8 @@ def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[
     by_utterance: dict[tuple[str, int], list[ViewUpdate]] = {}
     for update in updates:
         by_utterance.setdefault((update.stream, update.utterance), []).append(update)
-    latencies: list[float] = []
-    for outputs in by_utterance.values():
+    latencies: dict[str, list[float]] = {}
+    for (stream, _), outputs in by_utterance.items():
         start_ms = min(u.speech_start_capture_ms for u in outputs)
         finals = [u.covered_capture_ms for u in outputs if u.is_final]
         end_ms = min(finals) if finals else max(u.covered_capture_ms for u in outputs)
@@ -201,7 +210,7 @@ def chunk_to_view_ms(updates: Iterable[ViewUpdate], chunk_ms: int = 20) -> list[
         for output in sorted(outputs, key=lambda u: u.emit_ms):
             shown_ms = max(shown_ms, output.covered_capture_ms)
             while waiting < chunks and chunk_ends_ms[waiting] <= shown_ms:
-                latencies.append(output.emit_ms - chunk_ends_ms[waiting])
+                latencies.setdefault(stream, []).append(output.emit_ms - chunk_ends_ms[waiting])
                 waiting += 1
     return latencies
 

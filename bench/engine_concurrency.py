@@ -160,9 +160,11 @@ def run_level(
     *,
     sample_memory: bool = True,
     drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    views_out: list[ViewUpdate] | None = None,
 ) -> dict[str, Any]:
     """Run ``channels`` live channels of ``duration_s`` through ``engine`` (see the module
-    docstring) and return the level's numbers.
+    docstring) and return the level's numbers; ``views_out`` gets what every output showed
+    (a caller that judges chunk → view against other systems).
 
     The level ends once every session has ended, or ``drain_timeout_s`` after the last chunk
     was handed over: then ``drained`` is False and the sessions still open are dropped (the
@@ -260,6 +262,8 @@ def run_level(
     for key in undrained:
         engine.drop(key)
     audio_s = sum(len(s.samples) / s.sample_rate_hz for s in streams)
+    if views_out is not None:
+        views_out.extend(views)
     return {
         "channels": channels,
         "audio_s_per_channel": duration_s,

@@ -25,10 +25,11 @@ Both systems get the same live load, with the latency definitions of
 Latencies, computed alike for both systems from what each emits: **chunk → view**
 (``bench.common.chunk_to_view_ms``) = for every 20 ms chunk of every utterance's audio (its gated
 speech start to its end), the emit time of the first partial or final of that utterance covering the
-chunk − the chunk's capture end; every chunk of an utterance shown counts, so an utterance without
-partials and the chunks waiting between rare partials count in full (an utterance never shown adds
-nothing here: it counts in the WER, as deletions). **chunk → partial over emitted partials only** =
-a partial's emit time − the capture time of the newest audio it covers, for the partials that came
+chunk − the chunk's capture end; every chunk counts, so an utterance without partials and the chunks
+waiting between rare partials count in full, and the chunks of an utterance a system never showed
+count as never (``judge_chunk_to_view``: per stream, the most chunks any system of the same N
+showed, less its own, each at ``NEVER_SHOWN_S``). **chunk → partial over emitted partials only** = a
+partial's emit time − the capture time of the newest audio it covers, for the partials that came
 (blind to the chunks none showed; kept beside for earlier runs). **endpoint → final** = a final's
 emit time − the capture time of the audio that decided its endpoint (800 ms of silence, or the end
 of the stream). WER (``pipeline.evaluation``): each channel's finals joined against its reference
@@ -64,7 +65,7 @@ from bench.common import (
     ViewUpdate,
     bench_parser,
     call_clips,
-    chunk_to_view_ms,
+    chunk_to_view_by_stream_ms,
     fmt,
     markdown_table,
     percentiles,
@@ -99,11 +100,18 @@ CHANNEL_AUDIO_S = 31.0  # longer than every fixture call: each channel plays its
 SUSTAIN_P95_S = 1.5
 SATURATED_P95_S = 5.0
 DRAIN_TIMEOUT_S = engine_concurrency.DRAIN_TIMEOUT_S  # both systems get the same
+NEVER_SHOWN_S = CHANNEL_AUDIO_S + DRAIN_TIMEOUT_S
+"""What a chunk of speech that a system never showed counts in its chunk → view: longer than any
+chunk waited that was shown (the whole level), so a percentile that reaches one reads as never."""
 TARGET_RATIO = 3.0
-PEER_HOPS_MS: dict[str, int | None] = {"peer": None, "peer-1s": 1000}
+PEER_HOPS_MS: dict[str, int | None] = {"peer": None, "peer-1s": 1000, "peer-1x": None}
 """The peer's variants by system name, with their hop: ``peer`` decodes every ``--peer-hop-ms``
 (default the engine's 500 ms: the same latency floor), ``peer-1s`` every 1 s (whisper_streaming's
-``min-chunk-size``: fewer decodes, steadier agreement, a chunk waits up to 1 s for its first)."""
+``min-chunk-size``: fewer decodes, steadier agreement, a chunk waits up to 1 s for its first),
+``peer-1x`` at the engine's hop with one decode at a time on every core (``PEER_SPLITS``)."""
+PEER_SPLITS: dict[str, tuple[int, int]] = {"peer-1x": (os.cpu_count() or 1, 1)}
+"""CTranslate2 ``(cpu_threads, num_workers)`` of a variant, instead of the calibrated split (which
+is chosen for 4 decodes at once: at 1 or 2 channels it leaves cores idle)."""
 OURS: dict[str, Quantization] = {
     "streamscribe": Quantization.NONE,
     "streamscribe-int8": Quantization.INT8,
@@ -191,6 +199,7 @@ class Streamscribe:
     def run_level(self, channels: int, seed: int) -> dict[str, Any]:
         torch.set_num_threads(self._threads)
         self.engine.finals.clear()
+        views: list[ViewUpdate] = []
         # No memory sampling: the peer's harness samples none, and the figures are not used.
         level = engine_concurrency.run_level(
             self.engine,
@@ -200,13 +209,18 @@ class Streamscribe:
             self._max_step_jobs,
             sample_memory=False,
             drain_timeout_s=DRAIN_TIMEOUT_S,
+            views_out=views,
         )
         texts: dict[str, list[tuple[int, str]]] = {}
         for final in self.engine.finals:
             texts.setdefault(final.call_id, []).append((final.utterance_index, final.text))
         return {
             "channels": channels,
-            "chunk_to_view_s": _ms_to_s(level["chunk_to_view_ms"]),
+            # Streams by call id, as the peer's: "call/mono" is the engine's view of one.
+            "view_ms_by_stream": {
+                stream.partition("/")[0]: latencies
+                for stream, latencies in chunk_to_view_by_stream_ms(views, CHUNK_MS).items()
+            },
             "partial_latency_emitted_only_s": _ms_to_s(level["partial_latency_emitted_only_ms"]),
             "hop_s": self.engine.config.hop_ms / 1000,
             "endpoint_to_final_s": _ms_to_s(level["endpoint_to_final_ms"]),
@@ -322,9 +336,7 @@ def run_peer_level(
         texts.setdefault(final.stream_id, []).append((final.utterance_index, final.text))
     return {
         "channels": channels,
-        "chunk_to_view_s": percentiles(
-            latency / 1000 for latency in chunk_to_view_ms(peer_view_updates(outputs), CHUNK_MS)
-        ),
+        "view_ms_by_stream": chunk_to_view_by_stream_ms(peer_view_updates(outputs), CHUNK_MS),
         "partial_latency_emitted_only_s": percentiles(partial_s),
         "hop_s": peer.hop_ms / 1000,
         "endpoint_to_final_s": percentiles(
@@ -419,8 +431,9 @@ def sweep(
     active = list(systems)
     results: dict[str, list[dict[str, Any]]] = {s.name: [] for s in systems}
     for n in counts:
-        for system in list(active):
-            level = system.run_level(n, seed=n)
+        ran = [(system, system.run_level(n, seed=n)) for system in list(active)]
+        judge_chunk_to_view([level for _, level in ran])
+        for system, level in ran:
             errors = score(level, clips)
             p95 = level["chunk_to_view_s"]["p95"]
             level.update(
@@ -454,9 +467,28 @@ def sweep(
     return results
 
 
+def judge_chunk_to_view(levels: Sequence[dict[str, Any]]) -> None:
+    """Each level's ``chunk_to_view_s`` from its ``view_ms_by_stream`` (removed), with the chunks
+    it never showed: per stream, the most chunks any system of the same N showed of it (the same
+    audio) minus its own, each counted as ``NEVER_SHOWN_S`` (``chunks_never_shown`` says how
+    many). An utterance a system dropped would otherwise leave its chunks out and flatter it."""
+    reference: dict[str, int] = {}
+    for level in levels:
+        for stream, latencies in level["view_ms_by_stream"].items():
+            reference[stream] = max(reference.get(stream, 0), len(latencies))
+    for level in levels:
+        by_stream: dict[str, list[float]] = level.pop("view_ms_by_stream")
+        shown = [latency / 1000 for latencies in by_stream.values() for latency in latencies]
+        never = sum(
+            max(0, count - len(by_stream.get(stream, ()))) for stream, count in reference.items()
+        )
+        level["chunks_never_shown"] = never
+        level["chunk_to_view_s"] = percentiles([*shown, *([NEVER_SHOWN_S] * never)])
+
+
 def is_sustained(level: dict[str, Any]) -> bool:
-    """Every channel finished and P95 chunk → view ≤ 1.5 s: every chunk of the utterances shown,
-    whether a partial or only the final showed it (an utterance never shown is not counted)."""
+    """Every channel finished and P95 chunk → view ≤ 1.5 s: every chunk of speech, whether a
+    partial or only the final showed it, or none (``judge_chunk_to_view``)."""
     p95 = level["chunk_to_view_s"]["p95"]
     return bool(level["drained"] and p95 is not None and p95 <= SUSTAIN_P95_S)
 
@@ -556,6 +588,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
             name,
             level["channels"],
             _triple(level["chunk_to_view_s"]),
+            level.get("chunks_never_shown", "—"),
             _triple(level["partial_latency_emitted_only_s"]),
             _triple(level["endpoint_to_final_s"]),
             f"{level['partials']} / {level['finals']}",
@@ -573,10 +606,12 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
         "weights, same latency definitions as the engine concurrency benchmark. Latency in s "
         "(P50 / P95 / P99); WER of the finals in %; CPU = the benchmark process, % of all "
         "cores; machine = every process on the machine (the machine is shared). Chunk → "
-        "view = for every 20 ms chunk of the utterances shown, its capture → the first partial "
-        "or final that shows it (`bench.common.chunk_to_view_ms`): an utterance with no partial "
-        "counts all its chunks at its final, the chunks waiting between rare partials count in "
-        "full; an utterance never shown is not counted (it costs WER, as deletions). "
+        "view = for every 20 ms chunk of speech, its capture → the first partial or final that "
+        "shows it (`bench.common.chunk_to_view_ms`): an utterance with no partial counts all its "
+        "chunks at its final, the chunks waiting between rare partials count in full, and a "
+        "chunk a system never showed (an utterance it dropped: per stream, the most chunks any "
+        f"system of that N showed, less its own) counts as {NEVER_SHOWN_S:.0f} s, longer than "
+        "the level, so a percentile that reaches one reads as never. "
         "Chunk → partial over emitted partials only = each partial's emit − the capture of the "
         "newest audio it covers (blind to the chunks no partial showed). **Sustained**: P95 "
         "chunk → view ≤ 1.5 s and every channel finished.",
@@ -585,6 +620,7 @@ def markdown(summary: dict[str, Any], config: dict[str, Any]) -> str:
                 "system",
                 "N",
                 "chunk → view s",
+                "chunks never shown",
                 "chunk → partial s, emitted partials only",
                 "endpoint → final s",
                 "partials / finals",
@@ -758,7 +794,11 @@ def measure(
             systems.append(Streamscribe(threads, name))
         else:
             hop_ms = PEER_HOPS_MS[name] or peer_settings.hop_ms
-            systems.append(Peer(dataclasses.replace(peer_settings, hop_ms=hop_ms), name))
+            variant = dataclasses.replace(peer_settings, hop_ms=hop_ms)
+            if name in PEER_SPLITS:
+                threads_, workers = PEER_SPLITS[name]
+                variant = dataclasses.replace(variant, cpu_threads=threads_, num_workers=workers)
+            systems.append(Peer(variant, name))
     summary = summarize(sweep(systems, counts))
     config = {
         "channel_counts": list(counts),
@@ -788,10 +828,10 @@ def measure(
             "whisper_streaming's or WhisperLive's code. Its VAD is silero's own packaged model "
             "(silero-vad's load_silero_vad()), one instance per stream called one frame at a "
             "time, as those systems run it; streamscribe's is the engine's batched SileroVad.",
-            "Sustained is judged on chunk → view, which counts every chunk of the utterances "
-            "shown; sweeps "
-            "before it judged P95 chunk → partial over emitted partials only plus a partial "
-            "refresh bound, and are not comparable with this one.",
+            "Sustained is judged on chunk → view, which counts every chunk of speech, a chunk "
+            "never shown as never (since 2026-11-30 22:20 UTC; before, a dropped utterance was "
+            "left out). Sweeps before chunk → view judged P95 chunk → partial over emitted "
+            "partials only plus a partial refresh bound, and are not comparable with this one.",
         ],
         started_s=started,
         **({} if out is None else {"out": out}),

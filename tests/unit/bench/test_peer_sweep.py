@@ -14,7 +14,9 @@ from bench.common import FixtureClip, ViewUpdate, chunk_to_view_ms
 from bench.engine_concurrency import view_update
 from bench.peer import FinalObservation, PartialObservation, PeerSettings, PeerSystem
 from bench.peer_sweep import (
+    NEVER_SHOWN_S,
     is_sustained,
+    judge_chunk_to_view,
     peer_view_updates,
     plan_channels,
     rerender,
@@ -258,3 +260,17 @@ def test_peer_start_up_is_not_charged_to_the_first_chunks() -> None:
     level = run_peer_level(peer, channels=2, seed=3, audio_s=0.3)
     assert level["drained"]
     assert level["feeder_lateness_ms"]["max"] < 250
+
+
+def test_chunks_a_system_never_showed_count_as_never() -> None:
+    # Review finding: an utterance a system dropped left its chunks out of chunk → view, so
+    # dropping speech under load lowered the P95 (Streamscribe at 8 channels: 99 chunks).
+    shown_by_both = [100.0 + k for k in range(95)]
+    ours = {"view_ms_by_stream": {"c-0": shown_by_both, "c-1": [200.0, 210.0]}}
+    theirs = {"view_ms_by_stream": {"c-0": shown_by_both, "c-1": [300.0] * 5}}
+    judge_chunk_to_view([ours, theirs])
+    assert (ours["chunks_never_shown"], theirs["chunks_never_shown"]) == (3, 0)
+    assert ours["chunk_to_view_s"]["n"] == theirs["chunk_to_view_s"]["n"] == 100
+    assert ours["chunk_to_view_s"]["p99"] == NEVER_SHOWN_S
+    assert theirs["chunk_to_view_s"]["p99"] < 1
+    assert "view_ms_by_stream" not in ours  # raw values are not kept in the results
