@@ -178,7 +178,7 @@ def test_a_client_table_of_anything_but_scalars_is_a_config_error(
         ("MAX_BATCH", "0", r"asr\.max_batch \(STREAMSCRIBE_MAX_BATCH\) must be at least 1, got 0$"),
         ("MAX_BATCH", "-1", r"asr\.max_batch .* at least 1, got -1"),
         ("POLL_BATCH", "0", r"worker\.poll_batch .* between 1 and 1000000, got 0"),
-        ("POLL_TIMEOUT_MS", "-1", r"worker\.poll_timeout_ms .* at least 0, got -1"),
+        ("POLL_TIMEOUT_MS", "-1", r"worker\.poll_timeout_ms .* between 0 and 60000, got -1"),
         ("MAX_CHUNK_BYTES", "0", r"worker\.max_chunk_bytes .* at least 1"),
         ("TORCH_THREADS", "-2", r"asr\.threads .* at least 0"),
         ("IDLE_TIMEOUT_MS", "0", r"worker\.idle_timeout_ms .* at least 1"),
