@@ -32,8 +32,9 @@ system-packages:  ## install missing Debian packages (apt-get update once, only 
 
 venv: $(STAMP)  ## virtualenv with the package (editable) and its dev extra
 
-# After the Debian packages (python3.11-venv), whichever target asks for the venv first.
-$(STAMP): pyproject.toml constraints.txt | system-packages
+$(STAMP): pyproject.toml constraints.txt
+	@# python3.11-venv first, whichever target asks for the venv (lint needs no other package).
+	@bash scripts/ensure_system_packages.sh python3.11-venv
 	@# A venv whose creation failed half-way (no ensurepip) has a python but no pip: redo it.
 	@test -x $(VENV)/bin/pip || { rm -rf $(VENV); $(PYTHON_BIN) -m venv $(VENV); }
 	$(PY) -m pip install --quiet pip==$(PIP_VERSION)

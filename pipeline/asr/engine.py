@@ -306,17 +306,20 @@ class StreamingEngine:
 
     def close(self, key: SessionKey) -> None:
         """End a session that will get no more audio (idle timeout): like an end of stream.
-        An expected session that never got a chunk is begun to be ended (its ``SessionEnded``
-        reports what it had heard before)."""
+        A cold resume (``expect`` with ``stats``) that never got a chunk is begun to be ended
+        (its ``SessionEnded`` reports what it had heard before)."""
         session = self._sessions.get(key)
-        if session is None and key in self._expected:
-            session = self._session(key, self._expected[key].tenant)
+        expected = self._expected.get(key)
+        if session is None and expected is not None and expected.stats is not None:
+            session = self._session(key, expected.tenant)
         if session is not None:
             session.end_pending = True
 
     def knows(self, key: SessionKey) -> bool:
-        """Open, or expected by ``expect`` (not yet begun)."""
-        return key in self._sessions or key in self._expected
+        """Open, or expected to resume where a snapshot ended (``expect`` with ``stats``): a
+        session replayed from its first record gets its chunks, and its tenant, from the replay."""
+        expected = self._expected.get(key)
+        return key in self._sessions or (expected is not None and expected.stats is not None)
 
     def drop(self, key: SessionKey) -> None:
         """Forget a session without output (its partition moved to another worker)."""

@@ -43,7 +43,7 @@ def check_consistency(settings: Settings) -> None:
     from pipeline.qa.app import faust_credentials
     from pipeline.runtime.admin import admin_client
 
-    admin_client(settings.kafka)  # librdkafka checks the pass-through keys; no broker is contacted
+    admin_client(settings.kafka)  # librdkafka checks the pass-through keys as it is created
     engine_config(settings.asr)
     RegistryConfig.from_settings(settings.hotwords)
     validate_monitor_settings(settings.monitor)

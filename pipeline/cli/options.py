@@ -196,8 +196,11 @@ def unknown_env_variables(env: Mapping[str, str] | None = None) -> list[str]:
     )
 
 
-_OTHER_VARIABLES = frozenset({"STREAMSCRIBE_CONFIG", "STREAMSCRIBE_CACHE"})
-"""Read outside the settings: the settings file's path, the local services' cache folder."""
+_OTHER_VARIABLES = frozenset(
+    {"STREAMSCRIBE_CONFIG", "STREAMSCRIBE_CACHE", "STREAMSCRIBE_SCREENSHOT_DIR"}
+)
+"""Read outside the settings: the settings file's path, the local services' cache folder, the
+monitor test's screenshot folder (docs/monitor.md)."""
 
 
 def warn_unknown_env_variables() -> None:

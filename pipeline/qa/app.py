@@ -346,7 +346,11 @@ def faust_credentials(client: Mapping[str, str]) -> faust.types.auth.Credentials
         raise ConfigError(f"kafka.client security.protocol {protocol!r} is not supported")
     context = None
     if protocol in {"SSL", "SASL_SSL"}:
-        context = ssl.create_default_context(cafile=client.get("ssl.ca.location") or None)
+        cafile = client.get("ssl.ca.location") or None
+        try:
+            context = ssl.create_default_context(cafile=cafile)
+        except (OSError, ssl.SSLError) as error:
+            raise ConfigError(f"kafka.client ssl.ca.location {cafile!r}: {error}") from None
     if protocol == "SSL":
         return faust.SSLCredentials(context)
     if protocol == "PLAINTEXT":

@@ -21,7 +21,7 @@ from pipeline.errors import ConfigError
 __all__ = ["ReplayRange", "parse_calls", "parse_time", "replay_range"]
 
 _RELATIVE = re.compile(r"^-(\d+)(ms|s|m|h|d)$")
-_EPOCH_MS_MIN_DIGITS = 12
+_EPOCH_MS_MIN_DIGITS = 13
 """Epoch milliseconds from 1973-03-03 on; shorter digit strings are read as ISO 8601."""
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -56,7 +56,7 @@ def parse_time(text: str, now_ms: int, flag: str = "--from") -> int:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        if digits:
+        if digits and len(value) == 10:
             raise ConfigError(
                 f"{flag} {text!r}: epoch milliseconds have 13 digits (epoch seconds? add 000)"
             ) from None

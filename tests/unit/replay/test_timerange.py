@@ -33,7 +33,8 @@ def test_times(text: str, expected: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["yesterday", "-5 minutes", "+1h", "2024-13-01", "", "1717236000", "0"]
+    "text",
+    ["yesterday", "-5 minutes", "+1h", "2024-13-01", "", "1717236000", "0", "171723600000"],
 )
 def test_bad_times_name_the_flag(text: str) -> None:
     with pytest.raises(ConfigError, match="--to"):
@@ -57,3 +58,9 @@ def test_a_range_needs_a_start_or_calls_and_must_not_be_empty() -> None:
 def test_epoch_seconds_are_refused_with_a_hint() -> None:
     with pytest.raises(ConfigError, match=r"13 digits \(epoch seconds\? add 000\)"):
         parse_time("1717236000", NOW_MS)
+
+
+def test_only_ten_digits_get_the_epoch_seconds_hint() -> None:
+    with pytest.raises(ConfigError) as refused:
+        parse_time("20241301", NOW_MS)  # a basic ISO date that does not exist
+    assert "epoch seconds" not in str(refused.value)
