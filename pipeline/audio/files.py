@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,12 +80,15 @@ READ_BLOCK_FRAMES = 1 << 16
 """Frames read (as float) and converted at a time by ``read_call_frames``."""
 
 
-def read_call_frames(path: Path | str) -> CallFrames:
+def read_call_frames(
+    path: Path | str, check_rate: Callable[[int], None] | None = None
+) -> CallFrames:
     """Read a mono or stereo audio file (labelled as ``read_call_audio`` does) as int16 frames.
 
     Read and converted a block at a time into one int16 array (``to_int16``'s rounding, so
     16-bit audio comes back exactly), a file costs about its int16 size in memory; reading it
-    whole as float and converting took about 7.5 times that.
+    whole as float and converting took about 7.5 times that. ``check_rate`` is called with the
+    file's sample rate before any sample is read, and raises to refuse the file unread.
 
     Raises:
         ConfigError: unreadable file, or more than two channels.
@@ -93,6 +96,8 @@ def read_call_frames(path: Path | str) -> CallFrames:
     source = Path(path)
     with _opened(source) as sound:
         labels = _labels(sound, source)
+        if check_rate is not None:
+            check_rate(sound.samplerate)
         frames = np.empty((sound.frames, len(labels)), np.int16)
         filled = 0
         for block in sound.blocks(READ_BLOCK_FRAMES, dtype="float32", always_2d=True):

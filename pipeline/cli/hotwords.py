@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, not_empty, settings_from_args
 from pipeline.clock import WallClock
 from pipeline.errors import ConfigError
 from pipeline.hotwords.catalog import HotwordList
@@ -112,7 +112,9 @@ def _target(args: argparse.Namespace) -> tuple[HotwordStore, ListRef]:
     ref = ListRef(args.tenant, args.call).validated()
     settings = settings_from_args(args)
     section = settings.hotwords
-    client = connect(args.redis_url or settings.redis.url)
+    client = connect(
+        not_empty(args.redis_url, "--redis-url", "STREAMSCRIBE_REDIS_URL") or settings.redis.url
+    )
     store = HotwordStore(
         client,
         HotwordKeys(section.key_prefix),

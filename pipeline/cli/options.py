@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from pipeline.errors import ConfigError
 from pipeline.settings import (
     LIBRDKAFKA_ENV_PREFIX,
     Settings,
@@ -27,6 +28,7 @@ __all__ = [
     "add_global_options",
     "add_log_level_option",
     "invalid_env",
+    "not_empty",
     "settings_from_args",
     "unknown_env_variables",
     "warn_unknown_env_variables",
@@ -106,6 +108,19 @@ def _from_env(env: str, raw: str, kwargs: dict[str, Any]) -> Any:
     choices = kwargs.get("choices")
     if choices is not None and value not in choices:
         return InvalidEnv(env, raw, f"choose from {', '.join(map(str, choices))}")
+    return value
+
+
+def not_empty(value: str | None, flag: str, env: str) -> str | None:
+    """An option's text, ``None`` when not given. Given but empty (``--x "$UNSET"``, or ``env``
+    set to nothing) is refused rather than read as not given: it would silently stand for the
+    default (another tenant's rules, a random call id, the configured Redis).
+
+    Raises:
+        ConfigError: ``value`` is the empty string.
+    """
+    if value == "":
+        raise ConfigError(f"{flag} (or {env}) is empty; give a value, or leave it out")
     return value
 
 

@@ -17,7 +17,12 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.audio.files import read_call_frames
-from pipeline.cli.options import add_env_option, settings_from_args, sigterm_as_interrupt
+from pipeline.cli.options import (
+    add_env_option,
+    not_empty,
+    settings_from_args,
+    sigterm_as_interrupt,
+)
 from pipeline.clock import Clock
 from pipeline.contracts import Encoding
 from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
@@ -91,12 +96,15 @@ def load_frames(path: Path) -> tuple[int, tuple[str, ...], npt.NDArray[np.int16]
     Raises:
         ConfigError: unreadable, more than two channels, or a rate other than 8 or 16 kHz.
     """
-    audio = read_call_frames(path)
-    if audio.sample_rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
-        raise ConfigError(
-            f"{path} is {audio.sample_rate_hz} Hz; publish sends 8000 or 16000 Hz "
-            f"(resample first, e.g. sox {path.name} -r 16000 out.wav)"
-        )
+
+    def check_rate(sample_rate_hz: int) -> None:  # before reading: simulate skips such files
+        if sample_rate_hz not in SUPPORTED_SAMPLE_RATES_HZ:
+            raise ConfigError(
+                f"{path} is {sample_rate_hz} Hz; publish sends 8000 or 16000 Hz "
+                f"(resample first, e.g. sox {path.name} -r 16000 out.wav)"
+            )
+
+    audio = read_call_frames(path, check_rate)
     return audio.sample_rate_hz, audio.channels, audio.frames
 
 
@@ -113,7 +121,9 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _publish_file(args: argparse.Namespace) -> int:
-    call_id = args.call_id or default_call_id(args.file)
+    call_id = not_empty(args.call_id, "--call-id", "STREAMSCRIBE_CALL_ID") or default_call_id(
+        args.file
+    )
     settings = settings_from_args(args)
     sample_rate_hz, channels, frames = load_frames(args.file)
     chunk_ms = settings.publisher.chunk_ms if args.chunk_ms is None else args.chunk_ms

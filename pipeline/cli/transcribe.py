@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from pipeline.audio.files import CallAudio, read_call_audio
-from pipeline.cli.options import add_env_option, settings_from_args
+from pipeline.cli.options import add_env_option, not_empty, settings_from_args
 from pipeline.clock import WallClock
 from pipeline.contracts.audio_chunk import SUPPORTED_SAMPLE_RATES_HZ
 from pipeline.contracts.messages import Final, Partial, to_dict
@@ -84,7 +84,7 @@ def _transcribe(args: argparse.Namespace) -> int:
     if args.chunk_ms <= 0:
         raise ConfigError(f"--chunk-ms must be positive, got {args.chunk_ms}")
     settings = settings_from_args(args)
-    tenant = args.tenant or settings.publisher.tenant
+    tenant = not_empty(args.tenant, "--tenant", "STREAMSCRIBE_TENANT") or settings.publisher.tenant
     calls = _load(args.files)
     asr = settings.asr
     if args.no_partials:

@@ -25,6 +25,7 @@ from pipeline.runtime.metrics import (
     CONSUMER_LAG,
     DLQ_TOTAL,
     DURATION_SECONDS,
+    LATENCY_OBJECTIVE,
     DurationKind,
 )
 from pipeline.settings import mask_url_passwords
@@ -56,7 +57,9 @@ class WorkerScrape:
     """One read of one worker's ``/metrics`` at ``at_ms`` (epoch ms).
 
     Counters and histogram buckets are cumulative since the worker started; ``lag_records`` is
-    the sum of its per-partition lag gauges. ``up`` false means the read failed (``error``).
+    the sum of its per-partition lag gauges; ``latency_objective_s`` is its
+    ``asr_latency_objective_seconds`` (``None`` from a worker that does not export it). ``up``
+    false means the read failed (``error``).
     """
 
     url: str
@@ -67,18 +70,22 @@ class WorkerScrape:
     dlq_total: float = 0.0
     partial_buckets: Buckets = ()
     final_buckets: Buckets = ()
+    latency_objective_s: float | None = None
 
 
 def failed_scrape(url: str, at_ms: int, error: str) -> WorkerScrape:
     return WorkerScrape(url, at_ms, up=False, error=error)
 
 
-_READ_SERIES = frozenset({CONSUMER_LAG.name, DLQ_TOTAL.name, _BUCKET_SERIES})
+_READ_SERIES = frozenset(
+    {CONSUMER_LAG.name, DLQ_TOTAL.name, _BUCKET_SERIES, LATENCY_OBJECTIVE.name}
+)
 
 
 def parse_worker_metrics(url: str, text: str, at_ms: int) -> WorkerScrape:
     """Read a worker's exposition text. Raises ``ValueError`` when it is not Prometheus text."""
     lag = dlq = 0.0
+    objective_s: float | None = None
     buckets: dict[str, dict[float, float]] = {
         DurationKind.CHUNK_TO_PARTIAL.value: {},
         DurationKind.ENDPOINT_TO_FINAL.value: {},
@@ -92,6 +99,8 @@ def parse_worker_metrics(url: str, text: str, at_ms: int) -> WorkerScrape:
                 lag += sample.value
             elif sample.name == DLQ_TOTAL.name:
                 dlq += sample.value
+            elif sample.name == LATENCY_OBJECTIVE.name:
+                objective_s = sample.value
             elif sample.name == _BUCKET_SERIES and sample.labels.get("kind") in buckets:
                 bound = float(sample.labels["le"])
                 series = buckets[sample.labels["kind"]]
@@ -104,6 +113,7 @@ def parse_worker_metrics(url: str, text: str, at_ms: int) -> WorkerScrape:
         dlq_total=dlq,
         partial_buckets=_sorted(buckets[DurationKind.CHUNK_TO_PARTIAL.value]),
         final_buckets=_sorted(buckets[DurationKind.ENDPOINT_TO_FINAL.value]),
+        latency_objective_s=objective_s,
     )
 
 
@@ -140,6 +150,8 @@ class HealthSnapshot:
 
     ``p95_partial_ms`` is capture → partial (``chunk_to_partial``), ``p95_final_ms`` is
     endpoint → final (``endpoint_to_final``), both over ``window_ms`` across all workers.
+    ``latency_objective_ms`` is the largest objective the workers up export (as the alert rules
+    take it; ``None``: none exports one, and the page falls back to the default 400 ms).
     ``errors`` name the workers whose last read failed, with why.
     """
 
@@ -151,6 +163,7 @@ class HealthSnapshot:
     consumer_lag_records: int | None
     p95_partial_ms: float | None
     p95_final_ms: float | None
+    latency_objective_ms: float | None
     dlq_per_minute: float | None
     dlq_source: str
     errors: tuple[str, ...]
@@ -210,6 +223,7 @@ class HealthTracker:
             consumer_lag_records=round(sum(s.lag_records for s in up)) if up else None,
             p95_partial_ms=_p95_ms(increase.partial for increase in increases),
             p95_final_ms=_p95_ms(increase.final for increase in increases),
+            latency_objective_ms=_objective_ms(up),
             dlq_per_minute=dlq_per_minute,
             dlq_source=source,
             errors=errors,
@@ -242,6 +256,11 @@ def _bucket_increase(first: Buckets, last: Buckets) -> Buckets:
     if any(count < before.get(bound, 0.0) for bound, count in last):
         return last  # the worker restarted: everything it counted is new
     return tuple((bound, count - before.get(bound, 0.0)) for bound, count in last)
+
+
+def _objective_ms(up: Sequence[WorkerScrape]) -> float | None:
+    objectives = [s.latency_objective_s for s in up if s.latency_objective_s is not None]
+    return round(max(objectives) * 1000, 1) if objectives else None
 
 
 def _p95_ms(increases: Iterable[Buckets]) -> float | None:

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
@@ -57,6 +58,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 CALLS = ["calls/call03_outage.flac", "calls/call01_billing.flac"]
 TENANT = "acme"
+LATENCY_OBJECTIVE_MS = 600_000
 WORD_TITLE = re.compile(r"^\d+–\d+ ms · p \d\.\d\d$")
 
 
@@ -225,6 +227,12 @@ def _metric(driver: webdriver.Chrome, name: str) -> str:
     return _text(driver.find_element(By.CSS_SELECTOR, f'#health [data-metric="{name}"] dd'))
 
 
+def _metric_state(driver: webdriver.Chrome, name: str) -> str:
+    """The health value's class: "" (fine), "warn" or "unknown"."""
+    element = driver.find_element(By.CSS_SELECTOR, f'#health [data-metric="{name}"] dd')
+    return str(element.get_attribute("class") or "")
+
+
 def _only_same_origin_requests(driver: webdriver.Chrome, base: str) -> None:
     names = driver.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name).concat([location.href]);"
@@ -284,6 +292,9 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
             STREAMSCRIBE_METRICS_PORT=str(worker_port),
             STREAMSCRIBE_METRICS_HOST="127.0.0.1",
             STREAMSCRIBE_REDIS_URL=redis_url,
+            # The health strip colours latency against the objective the worker exports: one no
+            # latency here reaches keeps it uncoloured (a fixed 400 ms coloured the CPU stack).
+            STREAMSCRIBE_LATENCY_OBJECTIVE_MS=str(LATENCY_OBJECTIVE_MS),
         ),
         tmp_path / "worker.log",
     ).start()
@@ -378,6 +389,10 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
         )
         assert _metric(browser, "lag").endswith("records")
         assert _metric(browser, "dlq") == "0.0/min"
+        assert _metric_state(browser, "p95_partial") == ""  # within the worker's objective
+        with urllib.request.urlopen(monitor.url("/api/health"), timeout=10) as response:
+            health = orjson.loads(response.read())["health"]
+        assert health["latency_objective_ms"] == LATENCY_OBJECTIVE_MS
         _only_same_origin_requests(browser, base)
         _no_console_errors(browser)
 

@@ -14,6 +14,7 @@ from pipeline.cli import main
 from pipeline.cli.options import sigterm_as_interrupt
 from pipeline.cli.publish import default_call_id, load_frames
 from pipeline.clock import ManualClock
+from pipeline.errors import ConfigError
 from tests.unit.cli.errors import NO_BROKER, one_error_line
 
 
@@ -48,6 +49,18 @@ def test_load_frames_reads_float_files_scaled_block_by_block(
     assert frames.T.tolist() == [[-32768, 16384, 32767, 3, 8192], [32767, -16384, -32768, -6554, 0]]
 
 
+def test_a_file_at_another_rate_is_refused_before_its_samples_are_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Self-review finding: simulate read (and converted) every file under --audio-dir whole,
+    # then skipped those at other rates; the rate is in the header.
+    from pipeline.audio import files
+
+    monkeypatch.setattr(files, "to_int16", lambda _: pytest.fail("samples were read"))
+    with pytest.raises(ConfigError, match="44100 Hz; publish sends 8000 or 16000 Hz"):
+        load_frames(_wav(tmp_path / "cd.wav", 44100, 1))
+
+
 @pytest.mark.parametrize(
     ("rate", "channels", "match"),
     [(44100, 1, "44100 Hz; publish sends 8000 or 16000 Hz"), (16000, 3, "3 channels")],
@@ -63,6 +76,16 @@ def test_publish_refuses_unsupported_files(
 def test_publish_needs_a_readable_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*NO_BROKER, "publish", str(tmp_path / "missing.wav"), "--call-id", "c"]) == 2
     assert "cannot read audio file" in one_error_line(capsys)
+
+
+def test_an_empty_call_id_is_refused_not_replaced_by_a_random_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Self-review finding: `--call-id "$CALL_ID"` with the variable unset published the file
+    # under a random id, and the platform's transcript never came.
+    path = _wav(tmp_path / "c.wav", 8000, 1)
+    assert main([*NO_BROKER, "publish", str(path), "--call-id", ""]) == 2
+    assert "--call-id (or STREAMSCRIBE_CALL_ID) is empty" in one_error_line(capsys)
 
 
 def test_publishing_a_file_again_without_a_call_id_is_a_new_call(tmp_path: Path) -> None:

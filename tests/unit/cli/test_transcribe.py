@@ -84,6 +84,17 @@ def test_the_tenant_s_endpoint_rules_apply_as_in_the_worker(
     assert engine.tenants == {"globex"}
 
 
+def test_an_empty_tenant_is_refused_not_read_as_the_default(
+    tmp_path: Path, engine: _Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Self-review finding: `--tenant "$UNSET"` applied the default tenant's endpoint rules.
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(1600, np.int16), 16000, subtype="PCM_16")
+    assert main(["transcribe", "--tenant", "", str(path)]) == 2
+    assert "--tenant (or STREAMSCRIBE_TENANT) is empty" in capsys.readouterr().err
+    assert engine.tenants == set()
+
+
 def test_an_empty_file_is_a_call_that_ends_at_once(tmp_path: Path, engine: _Engine) -> None:
     # Review finding: it printed nothing, not even session_ended, where publish sends an
     # end-of-stream record and the worker ends the session.

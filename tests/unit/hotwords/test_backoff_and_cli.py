@@ -83,6 +83,19 @@ def test_an_empty_call_id_from_the_environment_never_means_the_tenant_list(
     )
 
 
+def test_an_empty_redis_url_is_refused_not_read_as_the_configured_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Self-review finding: `--redis-url "$UNSET"` changed the lists of the configured Redis.
+    monkeypatch.setenv("STREAMSCRIBE_REDIS_URL", UNREACHABLE)
+    monkeypatch.setattr(
+        "pipeline.cli.hotwords.connect", lambda url: pytest.fail(f"connected to {url}")
+    )
+    code = main(["hotwords", "clear", "--tenant", "acme", "--redis-url", ""])
+    assert code == 2
+    assert "--redis-url (or STREAMSCRIBE_REDIS_URL) is empty" in capsys.readouterr().err
+
+
 def test_redis_unreachable_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["hotwords", "list", "--tenant", "acme", "--redis-url", UNREACHABLE])
     assert code == 1

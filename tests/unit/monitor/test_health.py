@@ -110,6 +110,28 @@ def test_latency_and_dead_letters_are_increases_over_the_window_summed_over_work
     assert (snapshot.dlq_per_minute, snapshot.dlq_source) == (pytest.approx(6.0), "metrics")
 
 
+def test_the_latency_objective_is_the_largest_the_workers_up_export() -> None:
+    # Self-review finding: the health strip coloured latency against a fixed 400 ms, so the CPU
+    # Compose stack (objective 1500 ms) showed a warning in normal operation.
+    cpu, default = _worker(), _worker()
+    cpu.set_latency_objective(1.5)
+    assert parse_worker_metrics(URL_A, _text(cpu), T0_MS).latency_objective_s == 1.5
+    tracker = HealthTracker((URL_A, URL_B), window_ms=60_000)
+    tracker.record(parse_worker_metrics(URL_A, _text(cpu), T0_MS))
+    tracker.record(parse_worker_metrics(URL_B, _text(default), T0_MS))
+    assert tracker.snapshot(T0_MS, 0.0).latency_objective_ms == 1500.0
+    tracker.record(failed_scrape(URL_A, T0_MS + 1000, "connection refused"))
+    assert tracker.snapshot(T0_MS + 1000, 0.0).latency_objective_ms == 400.0  # only workers up
+
+
+def test_without_an_exported_objective_the_snapshot_has_none() -> None:
+    text = 'asr_consumer_lag_records{partition="0"} 3\n'  # a worker from before the gauge
+    tracker = HealthTracker((URL_A,), window_ms=60_000)
+    tracker.record(parse_worker_metrics(URL_A, text, T0_MS))
+    assert tracker.snapshot(T0_MS, 0.0).latency_objective_ms is None
+    assert HealthTracker((), 60_000).snapshot(T0_MS, 0.0).latency_objective_ms is None
+
+
 def test_old_scrapes_leave_the_window() -> None:
     metrics = _worker()
     tracker = HealthTracker((URL_A,), window_ms=10_000)

@@ -319,7 +319,9 @@ def test_a_stream_that_stops_reading_is_closed_and_others_keep_going() -> None:
 
 
 def test_health_snapshots_serialize_as_flat_json() -> None:
-    snapshot = HealthSnapshot(T0_MS, 60_000, True, 2, 1, 10, 120.5, None, 0.0, "metrics", ("x",))
+    snapshot = HealthSnapshot(
+        T0_MS, 60_000, True, 2, 1, 10, 120.5, None, 1500.0, 0.0, "metrics", ("x",)
+    )
     data = orjson.loads(orjson.dumps(snapshot))
     assert data["p95_partial_ms"] == 120.5
     assert data["errors"] == ["x"]
