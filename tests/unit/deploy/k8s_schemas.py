@@ -208,6 +208,7 @@ POD_DISRUPTION_BUDGET = kind(
             selector=LABEL_SELECTOR,
             minAvailable=INT_OR_STRING,
             maxUnavailable=INT_OR_STRING,
+            unhealthyPodEvictionPolicy={"enum": ["IfHealthyBudget", "AlwaysAllow"]},
         ),
         "oneOf": [{"required": ["minAvailable"]}, {"required": ["maxUnavailable"]}],
     },
@@ -249,6 +250,7 @@ KAFKA_TRIGGER = strict(
         offsetResetPolicy={"enum": ["earliest", "latest"]},
         allowIdleConsumers={"enum": ["true", "false"]},
         limitToPartitionsWithLag={"enum": ["true", "false"]},
+        excludePersistentLag={"enum": ["true", "false"]},
     ),
     authenticationRef=strict(["name"], name=NAME),
 )

@@ -229,8 +229,17 @@ def test_pdb_and_scaledobject_target_the_worker() -> None:
     settings = objects["ConfigMap/streamscribe-settings"]["data"]
     assert trigger["metadata"]["bootstrapServers"] == settings["STREAMSCRIBE_KAFKA_BOOTSTRAP"]
     partitions = {spec.name: spec.partitions for spec in load_topic_specs()}["audio.chunks"]
-    assert scaled["minReplicaCount"] >= 1
+    # Review finding: with one replica, a drain (PDB maxUnavailable 1) or a rollout (maxSurge 0)
+    # stopped all transcription until a new pod had loaded the model.
+    assert scaled["minReplicaCount"] > pdb["spec"]["maxUnavailable"]
+    strategy = worker["spec"]["strategy"]["rollingUpdate"]
+    assert scaled["minReplicaCount"] > strategy["maxUnavailable"] - strategy["maxSurge"]
+    # Unready workers (all of them while Kafka is down) must not block every drain.
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
     assert scaled["maxReplicaCount"] <= partitions, "workers beyond the partitions sit idle"
+    # Review finding: one never-snapshotted session (hold music, denoise) pins its partition's
+    # committed offset, and its lag alone scaled the workers to the maximum for the whole call.
+    assert trigger["metadata"]["excludePersistentLag"] == "true"
     auth = objects[f"TriggerAuthentication/{trigger['authenticationRef']['name']}"]
     secret = objects["Secret/streamscribe-kafka"]["stringData"]
     for ref in auth["spec"]["secretTargetRef"]:
