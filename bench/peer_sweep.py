@@ -283,25 +283,33 @@ class Peer(PeerSystem):
 
 
 def run_peer_level(
-    peer: PeerSystem, channels: int, seed: int, audio_s: float = CHANNEL_AUDIO_S
+    peer: PeerSystem,
+    channels: int,
+    seed: int,
+    audio_s: float = CHANNEL_AUDIO_S,
+    *,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any]:
     """``run_level``'s load for a system with a thread per channel: a feeder hands every chunk
     over when due (the same chunks, times and capture stamps), the channels' threads decode.
 
     The peer is started (its VAD pool sized and loaded, its threads running) before the clock
-    of the channels starts, so that start-up is not charged to the first chunks."""
+    of the channels starts, so that start-up is not charged to the first chunks. ``monotonic``
+    and ``sleep`` are the feeder's clock (a test's fake one: the hand-over is then checked
+    without waiting)."""
     clips = call_clips()
     stream_ids = [c.stream_id for c in plan_channels(channels, audio_s, seed, 0.0, clips)]
     outputs: list[Output] = []
     peer.start(stream_ids, outputs.append)
-    epoch_offset_s = time.time() - time.monotonic()
-    t0 = time.monotonic() + 0.2
+    epoch_offset_s = time.time() - monotonic()
+    t0 = monotonic() + 0.2
     planned = plan_channels(channels, audio_s, seed, t0, clips)
     lateness_ms: list[float] = []
     next_chunk = {c.stream_id: 0 for c in planned}
     cpu = CpuMeter()
     while True:
-        now = time.monotonic()
+        now = monotonic()
         for channel in planned:
             k = next_chunk[channel.stream_id]
             while k < channel.chunks and channel.due_s(k) <= now:
@@ -322,7 +330,7 @@ def run_peer_level(
         ]
         if not pending:
             break
-        time.sleep(max(0.0, min(pending) - time.monotonic()))
+        sleep(max(0.0, min(pending) - monotonic()))
     drained = peer.join(DRAIN_TIMEOUT_S)
     usage = cpu.read()
     partial_s = [

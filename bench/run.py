@@ -78,6 +78,14 @@ BENCHMARKS = (
         args=TWO_THREADS,
     ),
     Benchmark("soak", "continuous calls through Kafka: memory, latency, lag", True, in_quick=False),
+    Benchmark(
+        "soak_malloc_arena2",
+        "the soak with glibc's MALLOC_ARENA_MAX=2 in the worker: allocator steps or growth?",
+        True,
+        in_quick=False,
+        args=("--malloc-arena-max", "2"),
+        module="soak",
+    ),
 )
 ORDER = [b.name for b in BENCHMARKS]
 

@@ -225,7 +225,13 @@ def _stop(process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> int | No
 
 
 def soak(
-    minutes: float, calls: int, threads: int, sample_s: float, warmup_minutes: float, logs: Path
+    minutes: float,
+    calls: int,
+    threads: int,
+    sample_s: float,
+    warmup_minutes: float,
+    logs: Path,
+    malloc_arena_max: int | None = None,
 ) -> dict[str, Any]:
     """Run the soak; returns config-independent results (samples and their analysis)."""
     prefix = new_prefix("soak")
@@ -245,6 +251,7 @@ def soak(
             STREAMSCRIBE_METRICS_PORT=str(port),
             STREAMSCRIBE_TORCH_THREADS=str(threads),
             STREAMSCRIBE_DEVICE="cpu",
+            **({} if malloc_arena_max is None else {"MALLOC_ARENA_MAX": str(malloc_arena_max)}),
         )
         with worker_log.open("wb") as out:
             worker = subprocess.Popen(
@@ -480,12 +487,16 @@ def markdown(results: dict[str, Any], config: dict[str, Any]) -> str:
         ["worker CPU (mean)", f"{fmt(results['worker_cores_mean'], 2)} cores"],
         ["drain after the last call", f"{fmt(results['drain_s'], 1)} s"],
     ]
+    arenas = config.get("malloc_arena_max")
+    allocator = "" if arenas is None else f", glibc `MALLOC_ARENA_MAX={arenas}`"
+    title = "Soak: continuous calls through Kafka and a worker process"
     return "\n\n".join(
         [
-            "## Soak: continuous calls through Kafka and a worker process",
+            f"## {title}" + ("" if arenas is None else f" (MALLOC_ARENA_MAX={arenas})"),
             f"`streamscribe simulate` → Kafka → `streamscribe worker` (CPU, "
-            f"{config['torch_threads']} torch thread(s), other settings default); worker RSS "
-            "by psutil, lag from its /metrics, latency from the partial and final records.",
+            f"{config['torch_threads']} torch thread(s){allocator}, other settings default); "
+            "worker RSS by psutil, lag from its /metrics, latency from the partial and final "
+            "records.",
             markdown_table(["", "measured"], rows),
         ]
     )
@@ -551,12 +562,19 @@ def targets(results: dict[str, Any]) -> list[Target]:
 # -- entry points ---------------------------------------------------------------------------------
 
 
+def result_name(malloc_arena_max: int | None) -> str:
+    """``soak``, or ``soak_malloc_arena<N>`` for the variant run with glibc's
+    ``MALLOC_ARENA_MAX=N`` in the worker (how many malloc arenas its threads share)."""
+    return NAME if malloc_arena_max is None else f"{NAME}_malloc_arena{malloc_arena_max}"
+
+
 def measure(
     quick: bool,
     minutes: float | None = None,
     calls: int = DEFAULT_CALLS,
     threads: int = DEFAULT_TORCH_THREADS,
     out: Path | None = None,
+    malloc_arena_max: int | None = None,
 ) -> dict[str, Any]:
     started = time.monotonic()
     minutes = minutes or (QUICK_MINUTES if quick else FULL_MINUTES)
@@ -564,7 +582,7 @@ def measure(
     sample_s = 5.0 if minutes <= 5 else 10.0
     LOG_ROOT.mkdir(parents=True, exist_ok=True)
     logs = Path(tempfile.mkdtemp(prefix="soak-", dir=LOG_ROOT))
-    results = soak(minutes, calls, threads, sample_s, warmup_minutes, logs)
+    results = soak(minutes, calls, threads, sample_s, warmup_minutes, logs, malloc_arena_max)
     config = {
         "minutes": minutes,
         "calls": calls,
@@ -573,10 +591,11 @@ def measure(
         "sample_s": sample_s,
         "warmup_minutes": warmup_minutes,
         "audio": "tests/fixtures/calls (closed loop: a new call when one ends)",
+        "malloc_arena_max": malloc_arena_max,
     }
     found = targets(results)
     write_results(
-        NAME,
+        result_name(malloc_arena_max),
         quick=quick,
         config=config,
         results=results,
@@ -607,10 +626,11 @@ def _numbers(results: dict[str, Any], found: Sequence[Target]) -> dict[str, Any]
     }
 
 
-def rerender(out: Path) -> dict[str, Any]:
-    """Re-analyze the samples in ``<out>/soak.json`` and rebuild its markdown and figure
+def rerender(out: Path, malloc_arena_max: int | None = None) -> dict[str, Any]:
+    """Re-analyze the samples in ``<out>/<result_name>.json`` and rebuild its markdown and figure
     (machine, configuration and measurements kept as they were)."""
-    path = out / f"{NAME}.json"
+    name = result_name(malloc_arena_max)
+    path = out / f"{name}.json"
     report = json.loads(path.read_text())
     config, old = report["config"], report["results"]
     derived = set(analyze([], 0.0, {}))
@@ -623,13 +643,13 @@ def rerender(out: Path) -> dict[str, Any]:
     found = targets(results)
     report["results"], report["targets"] = results, [t.to_dict() for t in found]
     path.write_text(json.dumps(report, indent=2) + "\n")
-    plot(results).savefig(out / f"{NAME}.png", dpi=110, bbox_inches="tight")
+    plot(results).savefig(out / f"{name}.png", dpi=110, bbox_inches="tight")
     parts = [
         markdown(results, config),
         markdown_table(["target", "limit", "measured", ""], (t.row() for t in found)),
         "\n".join(f"- {note}" for note in report["notes"]),
     ]
-    (out / f"{NAME}.md").write_text("\n\n".join(parts) + "\n")
+    (out / f"{name}.md").write_text("\n\n".join(parts) + "\n")
     return _numbers(results, found)
 
 
@@ -645,16 +665,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--calls", type=int, default=DEFAULT_CALLS, help="calls at once (2 channels each)"
     )
     parser.add_argument(
+        "--malloc-arena-max",
+        type=int,
+        metavar="N",
+        help="run the worker with glibc's MALLOC_ARENA_MAX=N; results as soak_malloc_arena<N>",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="re-analyze the samples in the existing results JSON, measure nothing",
     )
     args = parser.parse_args(argv)
     if args.report_only:
-        print(rerender(args.out))
+        print(rerender(args.out, args.malloc_arena_max))
         return 0
-    summary = measure(args.quick, args.minutes, args.calls, args.threads, args.out)
-    print((args.out / f"{NAME}.md").read_text())
+    summary = measure(
+        args.quick, args.minutes, args.calls, args.threads, args.out, args.malloc_arena_max
+    )
+    print((args.out / f"{result_name(args.malloc_arena_max)}.md").read_text())
     print(summary)
     return 0
 

@@ -51,7 +51,7 @@ def test_readyz_and_the_kafka_gauge_follow_the_real_probe(kafka_bootstrap: str) 
     metrics = WorkerMetrics(CollectorRegistry())
     kafka = KafkaProbe(KafkaSettings(bootstrap_servers=kafka_bootstrap), timeout_s=2.0)
 
-    def readiness() -> Readiness:  # as the worker's (cli/worker.py)
+    def readiness() -> Readiness:  # shaped like the worker's; its own: test_worker.py
         check = kafka.check()
         metrics.set_dependency_up(Dependency.KAFKA, check.ok)
         return Readiness.of(check, model_loaded=True)

@@ -3,7 +3,6 @@ that decode, count and concatenate back exactly; delivery failures reach the cal
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 import uuid
@@ -219,7 +218,18 @@ def test_publish_to_an_unreachable_broker_fails_with_one_line(
     assert err[0].startswith("streamscribe: error: 11 record(s) not delivered to audio.chunks")
 
 
-def test_settings_reach_the_producer(kafka_settings: KafkaSettings) -> None:
-    settings = Settings(kafka=dataclasses.replace(kafka_settings, topic_prefix="x."))
+def test_settings_reach_the_producer(topics: KafkaSettings) -> None:
+    # Test-honesty review: this only checked the topic name it had set itself. The publisher's
+    # chunk length and tenant are read back from the broker; the prefix is the topic written.
+    settings = Settings(kafka=topics, publisher=PublisherSettings(chunk_ms=40, tenant="t9"))
+    samples = np.arange(16000 * 40 // 1000 * 3, dtype=np.int16)  # three 40 ms chunks at 16 kHz
+    call_id = f"settings-{uuid.uuid4().hex[:8]}"
     with AudioPublisher.connect(settings) as publisher:
-        assert publisher.topic == "x.audio.chunks"
+        assert publisher.topic == f"{topics.topic_prefix}audio.chunks"
+        with publisher.open_call(call_id, sample_rate_hz=16000) as call:
+            call.push("mono", samples)
+        publisher.flush(timeout_s=30)
+    mine = _by_channel(_consume(topics, call.summary().records))[(call_id, "mono")]
+    assert [len(c.payload) // 2 for c in mine] == [640, 640, 640, 0]  # 40 ms, then the end
+    assert {c.tenant for c in mine} == {"t9"}
+    assert _audio(mine) == samples.tobytes()

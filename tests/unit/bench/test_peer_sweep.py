@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -251,15 +250,27 @@ def test_report_only_refuses_results_without_chunk_to_view(tmp_path: Path) -> No
 
 
 def test_peer_start_up_is_not_charged_to_the_first_chunks() -> None:
+    now_s = [100.0]  # the feeder's clock: start-up and sleeps advance it, nothing waits
+
+    def sleep(seconds: float) -> None:
+        now_s[0] += seconds
+
     def slow_vads(n: int) -> list[EnergyVad]:
-        time.sleep(0.5 * n)  # what loading a model per stream costs
+        sleep(0.5 * n)  # what loading a model per stream costs
         return [EnergyVad() for _ in range(n)]
 
     peer = PeerSystem(lambda audio, prompt: [], slow_vads, PeerSettings(), wall_ms)
     # Seed 3 starts a channel 0.17 s after the clock: 1 s of start-up would make it late.
-    level = run_peer_level(peer, channels=2, seed=3, audio_s=0.3)
+    level = run_peer_level(
+        peer,
+        channels=2,
+        seed=3,
+        audio_s=0.3,
+        monotonic=lambda: now_s[0],
+        sleep=sleep,
+    )
     assert level["drained"]
-    assert level["feeder_lateness_ms"]["max"] < 250
+    assert level["feeder_lateness_ms"]["max"] == pytest.approx(0.0, abs=1e-6)
 
 
 def test_chunks_a_system_never_showed_count_as_never() -> None:
