@@ -252,7 +252,10 @@ class WorkerSettings:
         "", "WORKER_ID", "stable id of this worker (transactional id); empty = host-pid"
     )
     static_membership: bool = setting(
-        False, "STATIC_MEMBERSHIP", "use worker_id as group.instance.id (static membership)"
+        False,
+        "STATIC_MEMBERSHIP",
+        "use worker_id as group.instance.id (static membership; give a worker_id that "
+        "survives restarts)",
     )
     poll_batch: int = setting(
         1000,

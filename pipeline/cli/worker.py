@@ -7,6 +7,7 @@ import dataclasses
 import faulthandler
 import logging
 import signal
+import sys
 import time
 from typing import Any
 
@@ -71,6 +72,16 @@ def _run(args: argparse.Namespace) -> int:
             settings, metrics=dataclasses.replace(settings.metrics, port=args.metrics_port)
         )
     validate_settings(settings)  # the flags are held to the settings' bounds
+    if settings.worker.static_membership and not settings.worker.worker_id:
+        # A static member does not leave the group when it stops: with an id that changes at
+        # every start, each restart leaves its partitions to wait for the session timeout.
+        print(
+            "streamscribe: warning: STREAMSCRIBE_STATIC_MEMBERSHIP without STREAMSCRIBE_WORKER_ID "
+            "uses host-pid as group.instance.id, which changes when the process restarts (but "
+            "not a container's PID 1); set a worker id that survives restarts, such as a "
+            "StatefulSet pod name",
+            file=sys.stderr,
+        )
     metrics = WorkerMetrics()
     metrics.set_latency_objective(settings.metrics.latency_objective_ms / 1000)
     clock = WallClock()  # one clock for the engine's outputs and the worker's events
