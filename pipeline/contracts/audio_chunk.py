@@ -118,6 +118,7 @@ class RejectReason(enum.StrEnum):
     MISSING_HEADER = "missing_header"
     UNKNOWN_VERSION = "unknown_version"
     BAD_HEADER_VALUE = "bad_header_value"
+    UNREADABLE_HEADERS = "unreadable_headers"
     BAD_SEQUENCE = "bad_sequence"
     UNSUPPORTED_SAMPLE_RATE = "unsupported_sample_rate"
     UNSUPPORTED_ENCODING = "unsupported_encoding"

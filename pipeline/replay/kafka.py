@@ -22,7 +22,7 @@ from pipeline.contracts.messages import Event, EventType, Final, to_json
 from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.replay.results import PartitionRange
 from pipeline.replay.runner import ChunkRecord, StreamSummary
-from pipeline.runtime.kafka import new_consumer, new_producer
+from pipeline.runtime.kafka import new_consumer, new_producer, readable_headers
 from pipeline.settings import KafkaSettings
 from pipeline.topics import TopicRole, topic_name
 
@@ -135,7 +135,9 @@ class ChunkSource:
                         timestamp_ms=record.timestamp()[1],
                         key=record.key(),
                         value=record.value(),
-                        headers=record.headers(),
+                        # None when unreadable (a header name not UTF-8): decoding then
+                        # refuses the record, as the worker dead-letters it.
+                        headers=readable_headers(record),
                     )
                 moved = self._position(span.partition)
                 if moved > position or records:

@@ -103,7 +103,7 @@ class ChunkRecord:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
-    headers: Sequence[tuple[str, bytes]] | None = None
+    headers: Sequence[tuple[str, bytes | None]] | None = None
 
 
 _WORKER_DEFAULTS = WorkerSettings()

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 from pipeline.errors import ConfigError
 from pipeline.runtime.client_logs import LOGGER
@@ -114,6 +114,20 @@ def consumer_config(
     if worker.static_membership:
         config["group.instance.id"] = worker_id
     return config
+
+
+def readable_headers(record: Message) -> list[tuple[str, bytes | None]] | None:
+    """A consumed record's headers (``[]`` without any); ``None`` when they cannot be read.
+
+    confluent-kafka decodes header names as UTF-8 while it reads them, and Kafka allows any
+    bytes there: for a name that is not UTF-8, ``headers()`` raises ``SystemError`` (a
+    ``UnicodeDecodeError`` in its context), and a second call returns a list with a null in it.
+    So read them once, here, and refuse such a record rather than crash on it.
+    """
+    try:
+        return list(record.headers() or [])
+    except (SystemError, UnicodeDecodeError):
+        return None
 
 
 DEAD_LETTER_MAX_BYTES = 2 * 1024 * 1024

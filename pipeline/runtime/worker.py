@@ -78,6 +78,7 @@ from pipeline.runtime.kafka import (
     new_consumer,
     new_producer,
     partials_producer_config,
+    readable_headers,
     transactional_producer_config,
 )
 from pipeline.runtime.metrics import (
@@ -106,6 +107,7 @@ from pipeline.worker.checkpoint import (
     SessionCheckpoint,
     encode_key,
 )
+from pipeline.worker.dead_letter import fit_dead_letter
 from pipeline.worker.flow import PartialThinning, catching_up, paused_after
 from pipeline.worker.intake import feed_chunk
 from pipeline.worker.outbox import Outbox
@@ -428,16 +430,22 @@ class AsrWorker:
             return  # revoked while this batch was in flight
         progress.consumed(offset)
         replaying = offset <= progress.handled_through
+        headers = readable_headers(record)
+        if headers is None:
+            if not replaying:
+                detail = "a header name is not UTF-8 text: the record's headers cannot be read"
+                self._dead_letter(record, RejectReason.UNREADABLE_HEADERS, detail, None, [])
+            return
         try:
             chunk = decode_chunk(
                 record.key(),
                 record.value(),
-                record.headers(),
+                headers,
                 max_payload_bytes=self._worker.max_chunk_bytes,
             )
         except ChunkRejectedError as rejected:
             if not replaying:
-                self._dead_letter(record, rejected.reason, rejected.detail, None)
+                self._dead_letter(record, rejected.reason, rejected.detail, None, headers)
             return
         key = SessionKey(chunk.call_id, chunk.channel)
         known = progress.sessions.get(key)
@@ -467,7 +475,7 @@ class AsrWorker:
             self._book.refused_late(key, offset)
             if not replaying:
                 assert decision.reason is not None
-                self._dead_letter(record, decision.reason, decision.detail, key)
+                self._dead_letter(record, decision.reason, decision.detail, key, headers)
             return
         if not replaying:
             self._outbox.count_admitted()
@@ -489,8 +497,16 @@ class AsrWorker:
         feed_chunk(self._engine, key, chunk, offset)
 
     def _dead_letter(
-        self, record: Message, reason: str, detail: str, key: SessionKey | None
+        self,
+        record: Message,
+        reason: str,
+        detail: str,
+        key: SessionKey | None,
+        headers: Sequence[tuple[str, bytes | None]],
     ) -> None:
+        """Stage the record on ``audio.dlq`` with its ``headers`` (as read, once: see
+        ``readable_headers``), cut to fit (``fit_dead_letter``), and a ``chunk_rejected``
+        event."""
         info = DeadLetterInfo(
             reason=str(reason),
             detail=detail,
@@ -499,15 +515,13 @@ class AsrWorker:
             offset=record.offset(),
             worker_id=self.worker_id,
         )
-        value = record.value()
-        headers = list(record.headers() or []) + info.headers()
-        if value is not None and len(value) > DEAD_LETTER_MAX_VALUE_BYTES:
-            # Far beyond anything audio.chunks accepts: kept cut, rather than a record the
-            # transaction cannot carry (its commit would fail, rewind and fail again forever).
-            headers.append(("dlq-truncated-from-bytes", str(len(value)).encode()))
-            value = value[:DEAD_LETTER_MAX_VALUE_BYTES]
+        # Far beyond anything audio.chunks accepts, parts are kept cut rather than a record the
+        # transaction cannot carry (its commit would fail, rewind and fail again forever).
+        letter = fit_dead_letter(
+            record.key(), record.value(), headers, info.headers(), DEAD_LETTER_MAX_VALUE_BYTES
+        )
         self._outbox.stage(
-            self._topics[TopicRole.DLQ], key=record.key(), value=value, headers=headers
+            self._topics[TopicRole.DLQ], key=letter.key, value=letter.value, headers=letter.headers
         )
         self._outbox.count_dead_letter(RejectReason(reason))
         self._event(

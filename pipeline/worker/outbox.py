@@ -25,7 +25,7 @@ class StagedRecord:
     topic: str
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes]] | None = None
+    headers: list[tuple[str, bytes | None]] | None = None
     partition: int = -1
 
 
@@ -55,7 +55,7 @@ class Outbox:
         *,
         key: bytes | None,
         value: bytes | None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: list[tuple[str, bytes | None]] | None = None,
         partition: int = -1,
     ) -> None:
         """Stage a record for the next transaction (after those staged before it)."""

@@ -478,6 +478,95 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_the_partition_keeps_flowing
     assert _finals_of(finals, call_id) == list(embedded_finals(calls).values())
 
 
+# Kafka takes any bytes as a header name; confluent-kafka cannot produce one that is not UTF-8,
+# so aiokafka (faust's client, installed) writes it, in a process of its own: its pure-Python
+# record builder (AIOKAFKA_NO_EXTENSIONS, read at import) encodes names with str.encode.
+_UNREADABLE_HEADER_PRODUCER = """
+import asyncio, os, sys
+os.environ["AIOKAFKA_NO_EXTENSIONS"] = "1"
+from aiokafka import AIOKafkaProducer
+
+class Name(str):
+    def encode(self, *args, **kwargs):
+        return b"\\xff\\xfe"
+
+async def main(bootstrap, topic, partition, key):
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        headers = [("ss-version", b"1"), ("ss-channel", b"mono"), ("ss-seq", b"7"),
+                   ("ss-sample-rate-hz", b"16000"), ("ss-encoding", b"pcm_s16le"),
+                   (Name("x"), b"x")]
+        await producer.send_and_wait(topic, key=key.encode(), value=b"\\x0b" * 320,
+                                     headers=headers, partition=partition)
+    finally:
+        await producer.stop()
+
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+"""
+
+
+def test_unreadable_or_huge_records_are_dead_lettered_cut_and_the_partition_flows(
+    topics: Any, group_id: str, tmp_path: Path
+) -> None:
+    """Review findings, each of which stopped a worker for good: a header name that is not
+    UTF-8 (the client raised, the worker crashed on every restart), and a huge key or header
+    (the dead letter was too large for the transaction, which failed and rewound forever)."""
+    calls = load_calls(["utterances/utt01_account.flac"], prefix=topics.topic_prefix)
+    call_id = calls[0].call_id
+    chunks_topic = _topic(topics, "audio.chunks")
+    partition = kafka_partition(call_id, PARTITIONS)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _UNREADABLE_HEADER_PRODUCER,
+            topics.bootstrap_servers,
+            chunks_topic,
+            str(partition),
+            call_id,
+        ],
+        check=True,
+        timeout=60,
+    )
+    huge = b"9" * (3 * 1024 * 1024)  # compressed by the producer, it fits audio.chunks
+    long_key: Record = (b"k" * len(huge), b"\x0c" * 320, _headers(900011))
+    long_seq: Record = (call_id.encode(), b"\x0d" * 320, _headers(900012, ss_seq=huge.decode()))
+    producer = _dlq_producer(topics)
+    for key, value, headers in (long_key, long_seq):
+        producer.produce(chunks_topic, key=key, value=value, headers=headers, partition=partition)
+    assert producer.flush(30) == 0
+    worker, _ = _metrics_worker(topics, group_id, "w-huge", tmp_path)
+    try:
+        Publisher(topics, calls).start().join()
+        events = read_topic(
+            topics.bootstrap_servers,
+            _topic(topics, "asr.events"),
+            lambda ev: (
+                sum(e["type"] == "chunk_rejected" for e in ev) >= 3 and sessions_ended(1)(ev)
+            ),
+            240,
+        )
+    finally:
+        worker.stop_quietly()
+    rejected = Counter(e["detail"]["reason"] for e in events if e["type"] == "chunk_rejected")
+    assert rejected == {"unreadable_headers": 1, "bad_key": 1, "bad_sequence": 1}, worker.log()
+    dead = {
+        dict(message.headers())["dlq-reason"].decode(): message
+        for message in _read_dead_letters(topics, group_id, 3)
+    }
+    assert sorted(dead) == ["bad_key", "bad_sequence", "unreadable_headers"]
+    unreadable = dead["unreadable_headers"]
+    assert (unreadable.key(), unreadable.value()) == (call_id.encode(), b"\x0b" * 320)
+    assert all(name.startswith("dlq-") for name, _ in unreadable.headers())
+    assert dead["bad_key"].key() == long_key[0][:1024]
+    assert dict(dead["bad_key"].headers())["dlq-key-truncated-from-bytes"] == b"3145728"
+    assert dead["bad_sequence"].value() == long_seq[1]
+    assert dict(dead["bad_sequence"].headers())["dlq-headers-truncated-from-bytes"]
+    finals = read_topic(topics.bootstrap_servers, _topic(topics, "asr.finals"), lambda r: False, 5)
+    assert _finals_of(finals, call_id) == list(embedded_finals(calls).values())
+
+
 def test_admission_limits_dead_letter_and_the_partition_keeps_flowing(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:

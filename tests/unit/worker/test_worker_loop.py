@@ -267,6 +267,56 @@ def test_a_dead_letter_too_big_for_any_transaction_is_cut_and_says_so() -> None:
     assert worker._admission.open_sessions == 1  # the good chunk after it went through
 
 
+class _UnreadableHeaders(_Message):
+    """What confluent-kafka does with a header name that is not UTF-8 (Kafka allows any bytes):
+    ``headers()`` raises SystemError, a UnicodeDecodeError in its context."""
+
+    def headers(self) -> Any:
+        try:
+            b"\xff\xfe".decode()
+        except UnicodeDecodeError as error:
+            raise SystemError("headers returned a result with an exception set") from error
+        raise AssertionError("unreachable")
+
+
+def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_not_a_crash() -> None:
+    # Review finding: the SystemError left the worker loop, and the worker crash-looped on the
+    # record (or committed past it at shutdown: lost without a dead letter).
+    registry = CollectorRegistry()
+    worker, producer = _worker(ManualClock(1_000_000), registry=registry)
+    chunk = _chunk("c1", 0, 0)
+    _run(worker, [_UnreadableHeaders(chunk.key(), chunk.value(), None, 0), _chunk("c1", 0, 1)])
+    dead = [
+        (key, value, headers) for topic, key, value, headers in producer.committed if "dlq" in topic
+    ]
+    assert len(dead) == 1
+    key, value, headers = dead[0]
+    assert (key, value) == (chunk.key(), chunk.value())
+    assert dict(headers)["dlq-reason"] == b"unreadable_headers"
+    assert all(name.startswith("dlq-") for name, _ in headers)
+    labels = {"reason": "unreadable_headers"}
+    assert registry.get_sample_value("asr_dlq_total", labels) == 1
+    assert worker._admission.open_sessions == 1  # the good chunk after it went through
+
+
+def test_a_dead_letter_with_a_huge_key_or_headers_is_cut_to_fit() -> None:
+    # Review finding: only the value was cut; a 3 MB key or header made a dead letter the
+    # transactional producer refuses, and every commit of the worker failed and rewound.
+    worker, producer = _worker(ManualClock(1_000_000))
+    chunk = _chunk("c1", 0, 0)
+    huge = b"9" * (3 * 1024 * 1024)
+    long_key = _Message(b"k" * len(huge), chunk.value(), chunk.headers(), 0)
+    long_seq = [(n, huge if n == "ss-seq" else v) for n, v in chunk.headers()]
+    _run(worker, [long_key, _Message(chunk.key(), chunk.value(), long_seq, 1)])
+    dead = [(key, headers) for topic, key, _, headers in producer.committed if "dlq" in topic]
+    assert [dict(headers)["dlq-reason"] for _, headers in dead] == [b"bad_key", b"bad_sequence"]
+    (key, key_headers), (_, seq_headers) = dead
+    assert len(key) == 1024
+    assert dict(key_headers)["dlq-key-truncated-from-bytes"] == str(len(huge)).encode()
+    assert sum(len(v or b"") for _, v in seq_headers) < 64 * 1024
+    assert "dlq-headers-truncated-from-bytes" in dict(seq_headers)
+
+
 class _Speech(_Silence):
     """A VAD that hears speech everywhere."""
 
