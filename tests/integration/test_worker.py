@@ -339,6 +339,22 @@ def _assert_dead_letters_are_the_originals(
     assert remaining == []
 
 
+def _publish_and_wait(
+    topics: Any, calls: list[Any], *, rejected: int, ended: int
+) -> list[dict[str, Any]]:
+    """Publish ``calls`` and read asr.events until ``rejected`` chunk_rejected events and
+    ``ended`` session_ended ones are there (or 240 s)."""
+    Publisher(topics, calls).start().join()
+    return read_topic(
+        topics.bootstrap_servers,
+        _topic(topics, "asr.events"),
+        lambda ev: (
+            sum(e["type"] == "chunk_rejected" for e in ev) >= rejected and sessions_ended(ended)(ev)
+        ),
+        240,
+    )
+
+
 def _bad_records(call_id: str) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]], str]]:
     key = call_id.encode()
     return [
@@ -538,15 +554,7 @@ def test_unreadable_or_huge_records_are_dead_lettered_cut_and_the_partition_flow
     assert producer.flush(30) == 0
     worker, _ = _metrics_worker(topics, group_id, "w-huge", tmp_path)
     try:
-        Publisher(topics, calls).start().join()
-        events = read_topic(
-            topics.bootstrap_servers,
-            _topic(topics, "asr.events"),
-            lambda ev: (
-                sum(e["type"] == "chunk_rejected" for e in ev) >= 3 and sessions_ended(1)(ev)
-            ),
-            240,
-        )
+        events = _publish_and_wait(topics, calls, rejected=3, ended=1)
     finally:
         worker.stop_quietly()
     rejected = Counter(e["detail"]["reason"] for e in events if e["type"] == "chunk_rejected")
@@ -606,15 +614,7 @@ def test_admission_limits_dead_letter_and_the_partition_keeps_flowing(
         STREAMSCRIBE_MAX_OPEN_SESSIONS="1",
     )
     try:
-        Publisher(topics, calls).start().join()
-        events = read_topic(
-            topics.bootstrap_servers,
-            _topic(topics, "asr.events"),
-            lambda ev: (
-                sum(e["type"] == "chunk_rejected" for e in ev) >= 2 and sessions_ended(2)(ev)
-            ),
-            240,
-        )
+        events = _publish_and_wait(topics, calls, rejected=2, ended=2)
         exposition = poll_metrics(
             metrics_url,
             lambda text: metric_value(text, "asr_dlq_total", reason="too_many_sessions") == 1,
