@@ -129,15 +129,15 @@ class ChunkSource:
                     offset = record.offset()
                     if offset >= span.end_offset:
                         return
+                    headers = readable_headers(record)  # None: a header name not UTF-8
                     yield ChunkRecord(
                         partition=span.partition,
                         offset=offset,
                         timestamp_ms=record.timestamp()[1],
                         key=record.key(),
                         value=record.value(),
-                        # None when unreadable (a header name not UTF-8): decoding then
-                        # refuses the record, as the worker dead-letters it.
-                        headers=readable_headers(record),
+                        headers=headers,
+                        headers_unreadable=headers is None,
                     )
                 moved = self._position(span.partition)
                 if moved > position or records:

@@ -40,7 +40,7 @@ from typing import Protocol
 
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
 from pipeline.asr.session import SessionKey
-from pipeline.contracts.audio_chunk import decode_chunk
+from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
 from pipeline.contracts.messages import Final
 from pipeline.errors import ChunkRejectedError
 from pipeline.settings import WorkerSettings
@@ -96,7 +96,9 @@ class StreamClock:
 
 @dataclass(frozen=True, slots=True)
 class ChunkRecord:
-    """One record of ``audio.chunks`` as read from Kafka (the value is not copied)."""
+    """One record of ``audio.chunks`` as read from Kafka (the value is not copied);
+    ``headers_unreadable``: the client could not read its headers (a name not UTF-8), which the
+    worker dead-letters as ``unreadable_headers``."""
 
     partition: int
     offset: int
@@ -104,6 +106,7 @@ class ChunkRecord:
     key: bytes | None
     value: bytes | None
     headers: Sequence[tuple[str, bytes | None]] | None = None
+    headers_unreadable: bool = False
 
 
 _WORKER_DEFAULTS = WorkerSettings()
@@ -259,6 +262,9 @@ class ReplayRunner:
             self._close_idle()
         if self._calls is not None and (record.key or b"") not in self._calls:
             self._skipped += 1
+            return
+        if record.headers_unreadable:  # as the worker, before anything else is read
+            self._invalid[RejectReason.UNREADABLE_HEADERS] += 1
             return
         try:
             chunk = decode_chunk(

@@ -7,7 +7,8 @@ So every part the sender controls is bounded here, and each cut says so in a hea
 
 - the value to ``max_value_bytes`` (``dlq-truncated-from-bytes``: its length before);
 - the key to :data:`MAX_KEY_BYTES` (``dlq-key-truncated-from-bytes``);
-- the original headers, together, to :data:`MAX_HEADER_BYTES` of names and values, kept in order
+- the original headers, together, to :data:`MAX_HEADER_BYTES` (names, values and per-header
+  overhead), kept in order
   (the one that crosses the budget cut to what is left, those after it dropped;
   ``dlq-headers-truncated-from-bytes``: their size before).
 
@@ -20,14 +21,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_KEY_BYTES", "DeadLetterRecord", "fit_dead_letter"]
+__all__ = [
+    "HEADER_OVERHEAD_BYTES",
+    "MAX_HEADER_BYTES",
+    "MAX_KEY_BYTES",
+    "DeadLetterRecord",
+    "fit_dead_letter",
+]
 
 MAX_KEY_BYTES = 1024
 """A dead letter's key is cut to this (call ids are at most 128 bytes; a longer key was refused
 as ``bad_key``, and its first kilobyte says what it was)."""
 
 MAX_HEADER_BYTES = 32 * 1024
-"""The original headers' names and values, together, are cut to this."""
+"""The original headers, together, are cut to this: names, values and each header's
+:data:`HEADER_OVERHEAD_BYTES` (so many empty headers count too)."""
+
+HEADER_OVERHEAD_BYTES = 10
+"""What a header adds to a record's size beyond its name and value: two varint lengths of up to
+5 bytes each, which the producer counts against ``message.max.bytes``."""
 
 Header = tuple[str, bytes | None]
 
@@ -64,13 +76,15 @@ def fit_dead_letter(
 
 
 def _size(name: str, value: bytes | None) -> int:
-    return len(name.encode("utf-8", "replace")) + (len(value) if value else 0)
+    return (
+        HEADER_OVERHEAD_BYTES + len(name.encode("utf-8", "replace")) + (len(value) if value else 0)
+    )
 
 
 def _cut(headers: list[Header], budget: int) -> list[Header]:
     kept: list[Header] = []
     for name, value in headers:
-        room = budget - len(name.encode("utf-8", "replace"))
+        room = budget - HEADER_OVERHEAD_BYTES - len(name.encode("utf-8", "replace"))
         if room < 0:
             break
         if value is not None and len(value) > room:

@@ -227,6 +227,23 @@ def _metric(driver: webdriver.Chrome, name: str) -> str:
     return _text(driver.find_element(By.CSS_SELECTOR, f'#health [data-metric="{name}"] dd'))
 
 
+RENDER_HEALTH = """
+const [latencyMs, objectives, done] = arguments;
+import("/static/common.js").then((common) => {
+  const states = objectives.map((objective) => {
+    common.renderHealth({
+      metrics_configured: true, workers_up: 1, workers_configured: 1,
+      consumer_lag_records: 0, p95_partial_ms: latencyMs, p95_final_ms: latencyMs,
+      latency_objective_ms: objective, dlq_per_minute: 0, dlq_source: "metrics", errors: [],
+      window_ms: 60000,
+    });
+    return document.querySelector('#health [data-metric="p95_partial"] dd').className;
+  });
+  done(states);
+});
+"""
+
+
 def _metric_state(driver: webdriver.Chrome, name: str) -> str:
     """The health value's class: "" (fine), "warn" or "unknown"."""
     element = driver.find_element(By.CSS_SELECTOR, f'#health [data-metric="{name}"] dd')
@@ -393,6 +410,10 @@ def test_monitor_pages_follow_calls_through_the_pipeline_in_a_browser(
         with urllib.request.urlopen(monitor.url("/api/health"), timeout=10) as response:
             health = orjson.loads(response.read())["health"]
         assert health["latency_objective_ms"] == LATENCY_OBJECTIVE_MS
+        # The page's own rule, on snapshots whose latency it must judge: 500 ms is fine against
+        # an objective of 600 ms, and past the default 400 ms without one (self-review: the
+        # run's latency alone could not tell a page that ignored the objective).
+        assert browser.execute_async_script(RENDER_HEALTH, 500, [600, None]) == ["", "warn"]
         _only_same_origin_requests(browser, base)
         _no_console_errors(browser)
 

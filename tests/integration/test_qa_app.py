@@ -60,19 +60,26 @@ def qa_app(qa_topics: KafkaSettings, tmp_path: Path) -> Iterator[QaProcess]:
 
 
 def _produce(
-    settings: KafkaSettings, records: Sequence[tuple[str, str, bytes]], *, abort: bool = False
+    settings: KafkaSettings,
+    records: Sequence[tuple[str, str | bytes, bytes]],
+    *,
+    abort: bool = False,
 ) -> None:
-    """Produce ``(topic role, key, value)`` records in one Kafka transaction."""
+    """Produce ``(topic role, key, value)`` records in one Kafka transaction (compressed, so
+    that a record larger than the topic's limit can be written, as a foreign producer could)."""
     producer = Producer(
         {
             "bootstrap.servers": settings.bootstrap_servers,
             "transactional.id": f"test-qa-{uuid.uuid4().hex}",
+            "compression.type": "lz4",
+            "message.max.bytes": 4_000_000,
         }
     )
     producer.init_transactions(30)
     producer.begin_transaction()
     for role, key, value in records:
-        producer.produce(f"{settings.topic_prefix}{role}", key=key.encode(), value=value)
+        raw_key = key.encode() if isinstance(key, str) else key
+        producer.produce(f"{settings.topic_prefix}{role}", key=raw_key, value=value)
     if abort:
         producer.abort_transaction(30)
     else:
@@ -100,6 +107,11 @@ A_LATE = final("customer", 1, "thank you", 12_000, call_id=CALL_A)
 B_AGENT = final("agent", 0, "good morning how can I help", 400, call_id=CALL_B)
 B_CUSTOMER = final("customer", 0, "I need a supervisor", 3500, call_id=CALL_B)
 C_AGENT = final("agent", 0, "hello is anyone there", 300, call_id=CALL_C)
+# Review findings, each of which crashed a forwarder and lost the record: a key that is not
+# UTF-8 (the value, a repeat of A_AGENT, must still count as a duplicate) and a final too large
+# for the app's own input topic (rejected, with an event).
+NOT_UTF8_KEY = b"\xff\xfe"
+A_HUGE = final("customer", 7, "word " * 240_000, 30_000, call_id=CALL_A, with_words=False)
 
 
 def _by_key(records: Sequence[tuple[str | None, dict[str, Any]]]) -> dict[tuple[str, int], Any]:
@@ -123,6 +135,8 @@ def test_summaries_web_views_and_recovery_after_a_crash(
             *_finals(A_AGENT, A_CUSTOMER, A_AGENT),
             ("asr.finals", CALL_A, b"not json"),
             ("asr.finals", CALL_A, b'{"schema": "final/9", "call_id": "qa-call-a"}'),
+            ("asr.finals", NOT_UTF8_KEY, to_json(A_AGENT)),
+            ("asr.finals", CALL_A, to_json(A_HUGE)),
             *_events(
                 CALL_A,
                 ENDED,
@@ -165,11 +179,21 @@ def test_summaries_web_views_and_recovery_after_a_crash(
         assert [c["call_id"] for c in json.loads(body)["calls"]] == [CALL_A]
         assert qa_app.get("/healthz")[0] == 200
 
-        metrics = qa_app.get("/metrics")[1].decode()
-        assert 'qa_summaries_published_total{publication="first"} 1.0' in metrics
-        assert 'qa_records_rejected_total{reason="not_json"} 1.0' in metrics
-        assert 'qa_records_rejected_total{reason="unknown_schema"} 1.0' in metrics
-        assert "qa_duplicate_finals_total 1.0" in metrics
+        def metrics() -> str:
+            return str(qa_app.get("/metrics")[1].decode())
+
+        # The two records of findings come from other partitions than the call's events, so
+        # they may be handled after its summary: waited for.
+        wait_for(
+            "the records with a bad key and a huge value to be handled",
+            lambda: (
+                "qa_duplicate_finals_total 2.0" in metrics()
+                and 'qa_records_rejected_total{reason="invalid_field"} 1.0' in metrics()
+            ),
+        )
+        assert 'qa_summaries_published_total{publication="first"} 1.0' in metrics()
+        assert 'qa_records_rejected_total{reason="not_json"} 1.0' in metrics()
+        assert 'qa_records_rejected_total{reason="unknown_schema"} 1.0' in metrics()
 
         def rejections() -> list[dict[str, Any]]:
             events.poll()
@@ -177,11 +201,15 @@ def test_summaries_web_views_and_recovery_after_a_crash(
                 e for _, e in events.records if e["source"] == f"{settings.topic_prefix}{APP_ID}"
             ]
 
-        wait_for("two rejection events", lambda: len(rejections()) == 2)
+        wait_for("three rejection events", lambda: len(rejections()) == 3)
         for event in rejections():
             validate("event", event)
             assert event["detail"]["topic"] == f"{settings.topic_prefix}asr.finals"
-        assert {e["detail"]["reason"] for e in rejections()} == {"not_json", "unknown_schema"}
+        assert {e["detail"]["reason"] for e in rejections()} == {
+            "not_json",
+            "unknown_schema",
+            "invalid_field",
+        }
 
         # Crash once the app has committed what it read (its tables' changelogs are flushed
         # before every commit), then restart: the tables must come back from the changelogs.

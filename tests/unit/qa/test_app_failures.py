@@ -219,3 +219,33 @@ def test_a_tick_that_never_comes_back_is_sent_again(monkeypatch: pytest.MonkeyPa
     asyncio.run(shell.handle(sent[-1][1]))  # this one comes back
     assert [summary["revision"] for summary in shell.published()] == [1]
     assert app._ticks_pending == {}
+
+
+@pytest.mark.parametrize("topic", ["finals_topic", "events_topic"])
+def test_a_key_that_is_not_utf8_on_a_source_topic_decodes(topic: str) -> None:
+    # Review finding: read as text, such a key raised KeyDecodeError in the forwarder, which
+    # crashed and was restarted (every 5 s after the first two): one stall per such record.
+    from faust.types.tuples import Message
+
+    settings = Settings(kafka=KafkaSettings(), qa=QaSettings(partitions=4, web_port=16096))
+    app = QaApp(settings, DEFAULT_RULES, metrics=QaMetrics(CollectorRegistry()))
+    source = getattr(app, topic)
+    message = Message("asr.finals", 0, 0, 0.0, 0, [], b"\xff\xfe", b"{}", None)
+    event = asyncio.run(source.decode(message, propagate=True))
+    assert event.key == b"\xff\xfe"
+
+
+def test_a_record_too_large_for_the_input_topic_is_rejected_not_a_crash() -> None:
+    # Review finding: aiokafka refused it (MessageSizeTooLargeError), the forwarder crashed and
+    # the record, acknowledged by then, was lost without a metric or an event.
+    shell = Shell()
+    app = shell.app
+    record = final("agent", 0, "word " * 250_000, 0)  # about 1.25 MB of text
+    message = SimpleNamespace(topic="asr.finals", partition=3, offset=41)
+    event = SimpleNamespace(message=message, value=to_json(record))
+    asyncio.run(app._forward(qa_app.RecordKind.FINAL, event))  # type: ignore[arg-type]
+    assert app.input_topic.delivered == []  # type: ignore[attr-defined]
+    (rejection,) = shell.rejections()
+    assert rejection["call_id"] == CALL
+    assert (rejection["detail"]["reason"], rejection["detail"]["offset"]) == ("invalid_field", 41)
+    assert "over the" in rejection["detail"]["detail"]

@@ -72,6 +72,16 @@ def test_invalid_duplicate_and_late_chunks_are_counted_not_fed() -> None:
     assert result.records == 7
 
 
+def test_a_record_with_unreadable_headers_counts_as_the_worker_dead_letters_it() -> None:
+    # Self-review finding: replay took such a record for one without headers (missing_header),
+    # so its invalid counts disagreed with the worker's dead letters (unreadable_headers).
+    good = call_records("c1", 3)
+    unreadable = replace(good[1], headers=None, headers_unreadable=True, offset=10)
+    result, engine = _replay([good[0], unreadable, good[1], good[2]])
+    assert result.invalid == ((RejectReason.UNREADABLE_HEADERS, 1),)
+    assert [a.position for a in engine.accepted] == [0, 1, 2]
+
+
 def test_admission_limits_come_from_the_options() -> None:
     records = call_records("c1", 3, end=False) + call_records("c2", 3, first_offset=3)
     options = ReplayOptions(limits=AdmissionLimits(max_call_ms=0, max_open_sessions=1))

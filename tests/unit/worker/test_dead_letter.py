@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from pipeline.worker.dead_letter import MAX_HEADER_BYTES, MAX_KEY_BYTES, fit_dead_letter
+from pipeline.worker.dead_letter import (
+    HEADER_OVERHEAD_BYTES,
+    MAX_HEADER_BYTES,
+    MAX_KEY_BYTES,
+    fit_dead_letter,
+)
 
 DLQ = [("dlq-reason", b"bad_key"), ("dlq-detail", b"too long")]
 
@@ -30,9 +35,10 @@ def test_huge_headers_are_kept_in_order_up_to_the_budget() -> None:
     version, seq, *rest = letter.headers
     assert version == ("ss-version", b"1")
     assert seq[0] == "ss-seq"
-    assert len("ss-version") + 1 + len("ss-seq") + len(seq[1]) == MAX_HEADER_BYTES
+    overhead = 2 * HEADER_OVERHEAD_BYTES
+    assert overhead + len("ss-version") + 1 + len("ss-seq") + len(seq[1]) == MAX_HEADER_BYTES
     assert seq[1] == big[: len(seq[1])]
-    total = sum(len(n) + len(v or b"") for n, v in headers)
+    total = sum(HEADER_OVERHEAD_BYTES + len(n) + len(v or b"") for n, v in headers)
     assert rest == [*DLQ, ("dlq-headers-truncated-from-bytes", str(total).encode())]
 
 
@@ -43,12 +49,22 @@ def test_a_header_name_beyond_the_budget_is_dropped_with_those_after_it() -> Non
     assert letter.headers[-1][0] == "dlq-headers-truncated-from-bytes"
 
 
+def test_many_empty_headers_count_their_overhead() -> None:
+    # Self-review finding: names and values alone counted a million empty headers as 0 bytes,
+    # about 2.4 MB on the wire, and the producer refused the dead letter.
+    headers = [("", None)] * 1_200_000
+    letter = fit_dead_letter(b"c", b"", headers, DLQ, max_value_bytes=100)
+    kept = letter.headers[: -len(DLQ) - 1]
+    assert len(kept) == MAX_HEADER_BYTES // HEADER_OVERHEAD_BYTES
+    assert letter.headers[-1][0] == "dlq-headers-truncated-from-bytes"
+
+
 def test_every_part_cut_together_stays_under_the_topics_limit() -> None:
     big = b"\x07" * (3 * 1024 * 1024)
     headers = [(f"h{i}", big) for i in range(3)]
     letter = fit_dead_letter(big, big, headers, DLQ, max_value_bytes=2 * 1024 * 1024 - 65536)
     size = len(letter.key or b"") + len(letter.value or b"")
-    size += sum(len(n) + len(v or b"") for n, v in letter.headers)
+    size += sum(HEADER_OVERHEAD_BYTES + len(n) + len(v or b"") for n, v in letter.headers)
     assert size < 2 * 1024 * 1024 - 16 * 1024
     names = [name for name, _ in letter.headers]
     assert names[-3:] == [
