@@ -74,7 +74,12 @@ SECRET_KEY_MARKERS = (
 DEVICE_PATTERN = r"auto|cpu|cuda(:[0-9]+)?"
 """The values of ``asr.device`` (``pipeline.asr.factory.resolve_device`` resolves them)."""
 
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#\s]*:)[^/?#\s]*@")
+# The password runs to the last "@" of the URL, not to its first "/", "?" or "#": a generated
+# password pasted without percent-encoding often has a "/". A space, a quote or the next URL's
+# "://" (a comma-separated list) ends the URL.
+_URL_PASSWORD = re.compile(
+    r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#\s'\"]*:)(?:(?!://)[^\s'\"])*@"
+)
 
 
 def setting(

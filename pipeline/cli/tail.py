@@ -17,6 +17,7 @@ import math
 import shutil
 import sys
 import time
+import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -146,13 +147,13 @@ class TailView:
 
     def _head(self, record: Mapping[str, Any], mark: str) -> str:
         return (
-            f"{mark} {record.get('call_id')} {record.get('channel')!s:<8} "
+            f"{mark} {_shown(record.get('call_id'))} {_shown(record.get('channel')):<8} "
             f"#{_int(record, 'utterance_index'):<3}"
         )
 
     def _partial_line(self, record: Mapping[str, Any]) -> str:
-        committed = str(record.get("committed_text") or "")
-        tentative = str(record.get("tentative_text") or "")
+        committed = _shown(record.get("committed_text") or "")
+        tentative = _shown(record.get("tentative_text") or "")
         head = self._head(record, "…")
         if not self._tty:
             return f"{head} {committed} [{tentative}]"
@@ -166,9 +167,17 @@ class TailView:
         start_ms, end_ms = _int(record, "start_ms"), _int(record, "end_ms")
         span = f"{format_span_ms(start_ms)}–{format_span_ms(end_ms)}"
         return (
-            f"{self._head(record, '✔')} {span} ({record.get('endpoint_reason')}) "
-            f"{record.get('text', '')}"
+            f"{self._head(record, '✔')} {span} ({_shown(record.get('endpoint_reason'))}) "
+            f"{_shown(record.get('text', ''))}"
         )
+
+
+def _shown(value: object) -> str:
+    """``value`` as text for the terminal, its control and format characters (an escape
+    sequence, a line break) replaced by U+FFFD: a record's text never drives the terminal."""
+    return "".join(
+        "\ufffd" if unicodedata.category(char) in ("Cc", "Cf") else char for char in str(value)
+    )
 
 
 def register(subparsers: Any) -> None:

@@ -119,7 +119,14 @@ def connect(url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> redis.Redis:
             retry=Retry(NoBackoff(), 0),
         )
     except ValueError as error:
-        raise ConfigError(f"bad Redis URL {mask_url_passwords(url)!r}: {error}") from None
+        masked = mask_url_passwords(url)
+        # redis-py's message may quote part of a password it misread as a port: not shown then.
+        why = (
+            str(error)
+            if masked == url
+            else "cannot parse it (a '/', '?', '#' or '@' in the password must be percent-encoded)"
+        )
+        raise ConfigError(f"bad Redis URL {masked!r}: {why}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -422,6 +422,10 @@ class QaApp:
             key_serializer="raw",
             value_serializer="raw",
             web_enabled=True,
+            # faust's own /table/... and /router/... views would serve the raw tables (every
+            # final's text) and the cluster's layout: only the documented views are served.
+            web_tables_enabled=False,
+            web_router_enabled=False,
             web_bind=qa.web_bind,
             web_port=qa.web_port,
             datadir=str(Path(tempfile.gettempdir()) / "streamscribe-qa" / self.app_id),

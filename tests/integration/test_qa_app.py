@@ -174,6 +174,9 @@ def test_summaries_web_views_and_recovery_after_a_crash(
         assert status == 200
         assert json.loads(body) == first
         assert qa_app.get("/calls/no-such-call")[0] == 404
+        # Security review: faust's own table and router views served the raw tables.
+        assert qa_app.get(f"/table/finals/{CALL_A}:agent:0/")[0] == 404
+        assert qa_app.get("/router/")[0] == 404
         status, body = qa_app.get("/calls?since=0")
         assert status == 200
         assert [c["call_id"] for c in json.loads(body)["calls"]] == [CALL_A]

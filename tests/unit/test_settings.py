@@ -97,6 +97,12 @@ def test_bad_values_and_unknown_keys_are_config_errors(tmp_path: Path) -> None:
             "http://w1:9400/metrics,https://u:***@w2:9400/metrics",
         ),
         ("{'a': 'http://u:pw@h', 'b': 'x@y'}", "{'a': 'http://u:***@h', 'b': 'x@y'}"),
+        # Security review: a raw "/", "?" or "#" in the password left the whole URL unmasked.
+        ("'redis://default:Zm9v/YmFy+@redis:6379/0'", "'redis://default:***@redis:6379/0'"),
+        ("rediss://u:p#w@h:6380/0", "rediss://u:***@h:6380/0"),
+        ("redis://u:p?w@h", "redis://u:***@h"),
+        ("http://u:pa/ss@h/metrics: refused", "http://u:***@h/metrics: refused"),
+        ("http://a:p/1@h1/m,http://b:q@h2/m", "http://a:***@h1/m,http://b:***@h2/m"),
     ],
 )
 def test_the_password_of_a_url_is_masked(text: str, shown: str) -> None:

@@ -120,3 +120,21 @@ def test_no_more_live_lines_than_the_terminal_has_rows() -> None:
         view.partial(_partial(f"c{n}", 0, "hello", ""))
     last = out.getvalue().rsplit(ERASE_LINE, 1)[-1]
     assert [line.split()[1] for line in last.split("\n")] == ["c3", "c4", "c5"]
+
+
+def test_control_characters_in_a_record_never_reach_the_terminal() -> None:
+    # Security review: a transcript with an escape sequence (a window title, a screen clear)
+    # or a line break was written to the terminal raw, and broke the redraw's line count.
+    hostile = "hi \x1b]0;pwned\x07\x1b[2J\r\nFAKE\u202e"
+    for tty in (True, False):
+        out = io.StringIO()
+        view = TailView(out, tty=tty, width=200)
+        view.partial(_partial("c1", 0, hostile, hostile))
+        view.final(_final("c1", 0, hostile, channel="agent\x1b[31m"))
+        view.close()
+        written = out.getvalue()
+        assert "pwned" in written  # the text is shown...
+        # ...its controls are not (the view's own cursor moves aside)
+        for control in ("\x1b]0;", "\x07", "\x1b[2J", "\r\nFAKE", "\u202e", "\x1b[31m"):
+            assert control not in written
+        assert "\ufffd" in written

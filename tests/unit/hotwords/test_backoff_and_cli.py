@@ -109,3 +109,9 @@ def test_a_bad_redis_url_is_reported_without_its_password() -> None:
         connect("redis://:s3cret@host:notaport/0")
     assert "s3cret" not in str(refused.value)
     assert "***" in str(refused.value)
+    # Security review: with a raw "/" in the password, the URL went unmasked and redis-py's
+    # message quoted the password's first part as a port.
+    with pytest.raises(ConfigError) as refused:
+        connect("redis://default:Zm9v/YmFy+@redis:6379/0")
+    assert "Zm9v" not in str(refused.value)
+    assert "percent-encoded" in str(refused.value)
