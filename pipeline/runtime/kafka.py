@@ -125,7 +125,7 @@ def readable_headers(record: Message) -> list[tuple[str, bytes | None]] | None:
     So read them once, here, and refuse such a record rather than crash on it.
     """
     try:
-        return list(record.headers() or [])
+        return record.headers() or []  # a new list per call: no copy needed
     except (SystemError, UnicodeDecodeError):
         return None
 
