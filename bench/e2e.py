@@ -33,6 +33,18 @@ judged on the slowest such call (kill → the last affected call's first partial
 reported beside it. Then every final is compared with the same calls' finals from the
 failure-free run (same audio, so the same utterance ids and texts): lost and duplicated finals
 must both be 0.
+
+Reading the committed results (bench/results/e2e.md; one worker with 2 torch threads on the
+shared 2-core machine): 4 calls (8 channels): P95 capture → view received 2.4 s, endpoint → final
+0.40 s; 8 calls (16 channels): 5.2 s / 1.96 s (targets 1.2 s / 0.7 s not met; over the three
+runs of 2026-11-30 1.3–3.6 s and 4.2–5.4 s to the view): the worker gets about 1.4 of the 2 cores
+beside broker, publisher and reader, and sheds partials first.
+
+Recovery after ``kill -9`` of a worker: every affected call had a partial again 16.4 s after the
+kill (14.1–16.4 s over the runs of 2026-11-30; the fastest call 11.1–11.4 s; survivor assigned
+after 8.8 s, session timeout 10 s; the backlog is read with the VAD only, then live partials go
+before its finals); 0 finals lost or duplicated. Before the VAD-only catch-up: 15.4–18.4 s
+(docs/decisions/0006-catch-up-after-a-takeover.md).
 """
 
 from __future__ import annotations

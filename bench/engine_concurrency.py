@@ -34,6 +34,22 @@ channels (cycled for large N), each starting at a random offset within the first
   and that kept heap; how much stays once every session has closed (read after a collection
   and trim) is shown beside it. A separate run opens many quiet sessions at once, collecting
   before each reading, to measure the per-session state without decoding noise.
+
+Reading the committed results (bench/results/engine_concurrency.md and, with
+``--quantization int8``, engine_concurrency_int8.md; 2 torch threads on the shared 2-core
+machine): at 16 live channels P95 chunk → view 2.68 s (target 1 s not met; 1.5–2.9 s over the
+last two days' runs to 2026-11-30 on this shared machine: under load partials get rarer and the
+reader waits between them), endpoint → final 0.37 s (finals decoded ahead, in the trailing
+silence); 8 channels: 1.04 s / 0.21 s. Memory per open session beyond its audio: 0.06 MiB (1000
+quiet sessions); with 16 live channels at most 8.1 MiB (an upper bound: RSS growth read without
+collecting or trimming in the live loop, so it includes decoder working memory and heap the
+allocator kept).
+
+int8 weights (``STREAMSCRIBE_QUANTIZATION=int8``, opt-in): 16 channels P95 chunk → view 1.46 s,
+endpoint → final 0.23 s (over four pairs of runs 1.44–2.35 s against float32's 1.81–2.92 s);
+32 channels 3.2 s / 0.56 s against 5.3 s / 1.29 s; the recognizer 1.55–1.81× faster
+(bench/results/engine_rtf.md); WER 4.7 % against 4.1 % on the fixtures
+(bench/results/engine_wer.md). docs/decisions/ has the step budget, early finals and int8.
 """
 
 from __future__ import annotations

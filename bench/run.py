@@ -11,6 +11,20 @@ one's threads, memory and model never skew another's numbers. A benchmark that n
 Redis gets the local one started by ``deploy/local/*.sh`` when none answers (and stopped again
 at the end). Results land in bench/results/; bench/README.md is then rebuilt from every result
 present, so a partial run keeps the other benchmarks' last numbers.
+
+bench/README.md keeps the numbers: per benchmark its tables, their captions and one-line
+results (:func:`numbers_of`). The prose lives beside each benchmark's code, in the module
+docstring of ``bench/<module>.py`` (what it measures and how, and how to read it), and in full
+in ``bench/results/<name>.md`` (the run's own notes); each section of the README links both.
+
+Kafka and Redis: the local ones (``deploy/local/``) are started when none answers. Every broker
+benchmark creates its topics under a fresh ``bench-<name>-<id>.`` prefix and deletes them at the
+end; worker subprocesses are stopped (their logs go to ``$TMPDIR/streamscribe-bench/``). Torch
+runs with 1 intra-op thread by default (``--threads N``): on the 2-core machine of the committed
+runs, 2 threads have made the recognizer 3–9× and batched VAD 20–40× slower whenever other
+processes held the cores, and faster when they did not (engine_rtf's thread row shows the run's
+own case). ``bench.run`` gives engine_concurrency, e2e and peer_sweep 2 threads: they measure what
+the engine does with the whole machine (the peer uses both cores).
 """
 
 from __future__ import annotations
@@ -249,15 +263,11 @@ def build_readme(results_dir: Path = RESULTS) -> str:
         ".venv/bin/python -m bench.run --readme   # rebuild this file from bench/results/",
         "```",
         "",
-        "Kafka and Redis: the local ones (`deploy/local/`) are started when none answers. Every "
-        "broker benchmark creates its topics under a fresh `bench-<name>-<id>.` prefix and "
-        "deletes them at the end; worker subprocesses are stopped (their logs go to "
-        "`$TMPDIR/streamscribe-bench/`). Torch runs with 1 intra-op thread by default "
-        "(`--threads N`): on the 2-core machine below, 2 threads have made the recognizer "
-        "3–9× and batched VAD 20–40× slower whenever other processes held the cores, and "
-        "faster when they did not (engine_rtf's thread row shows the run's own case). "
-        "`bench.run` gives engine_concurrency, e2e and peer_sweep 2 threads: "
-        "they measure what the engine does with the whole machine (the peer uses both cores).",
+        "How the runs are set up (local Kafka and Redis, per-run topics, torch threads): "
+        "[run.py](run.py). This page keeps the numbers: each benchmark's tables, captions and "
+        "one-line results. What a benchmark measures and how to read it is in the docstring of "
+        "its module (the *Method* link of each section); the run's full report, with its notes, "
+        "is its `results/<name>.md` (the *Full report* link).",
         "",
         "| benchmark | what | mode | measured | wall s | commit | load at start (1 / 5 min) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
@@ -295,16 +305,50 @@ def build_readme(results_dir: Path = RESULTS) -> str:
             "",
             markdown_table(["benchmark", "target", "limit", "measured", ""], target_rows),
         ]
+    modules = {b.name: b.module or b.name for b in BENCHMARKS}
     for name in names:
         lines += ["", f'<a id="{name.replace("_", "-")}"></a>', ""]
         md_path = results_dir / f"{name}.md"
         body = md_path.read_text().strip() if md_path.exists() else f"## {name}"
         if body.startswith("# "):
             body = "#" + body  # one level below this page's title
-        lines.append(body)
+        lines.append(numbers_of(body))
+        links = []
+        module = modules.get(name.partition("-")[0])
+        if module is not None:
+            links.append(f"Method: [bench/{module}.py]({module}.py)")
+        if md_path.exists():
+            links.append(f"Full report: [results/{name}.md](results/{name}.md)")
+        if links:
+            lines += ["", " · ".join(links)]
         for image in reports[name].get("figures") or []:
             lines += ["", f"![{name}](results/{image})"]
     return "\n".join(lines) + "\n"
+
+
+CAPTION_MAX_CHARS = 300
+"""A paragraph this long or shorter is a caption or a one-line result; a longer one is prose."""
+
+
+def numbers_of(body: str) -> str:
+    """The numbers of one benchmark's report: its headings, tables, and the paragraphs of at
+    most ``CAPTION_MAX_CHARS`` (captions, one-line results). Longer paragraphs, lists (notes,
+    settings) and a caption ending in ``:`` whose list it introduces are left to the report
+    itself, which the README links."""
+    blocks = [block for block in body.split("\n\n") if block.strip()]
+    following = [*blocks[1:], ""]
+    kept = [
+        block for block, after in zip(blocks, following, strict=True) if not _is_prose(block, after)
+    ]
+    return "\n\n".join(kept)
+
+
+def _is_prose(block: str, following: str) -> bool:
+    if block.startswith(("#", "|", "![")):
+        return False
+    if block.startswith("- ") or len(block) > CAPTION_MAX_CHARS:
+        return True
+    return block.rstrip().endswith(":") and not following.startswith("|")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,12 @@ Each gets a fresh consumer group and reads all N records; its rate is records / 
 last record − time of the first), so group joins are left out. The publisher's own rate is
 reported too. A last worker round runs under cProfile (unless ``--no-profile``) and reports the
 functions with the most own time: where a chunk's time goes.
+
+Reading the committed results (bench/results/transport.md): 16 k chunks/s (313 channels'
+worth), 0.13 of a bare consumer that only reads values (medians of runs: 14–25 k and 0.04–0.16;
+the bare consumer itself ran at 122–360 k across rounds). A reader that only reads each record's
+fields, with no logic, reaches 0.64 of it in the same run (0.37 in another): the ceiling of any
+Python reader of this contract, near or below the 0.5 target.
 """
 
 from __future__ import annotations

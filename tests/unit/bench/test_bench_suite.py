@@ -20,7 +20,7 @@ from bench.e2e import (
     view_updates,
 )
 from bench.infra import ReceivedRecord
-from bench.run import build_readme
+from bench.run import build_readme, numbers_of
 from bench.transport import CountingEngine, NoopRecognizer, NoopVad
 from pipeline.asr.engine import SessionEnded
 from pipeline.asr.recognizer import RecognitionRequest
@@ -95,6 +95,36 @@ def test_results_files_and_readme_include_every_benchmark(tmp_path: Path) -> Non
     assert "| engine_rtf | speed | ≤ 1 s | 2.000 | **not met** |" in readme
     assert "| hotwords | recall | — | — | met |" in readme
     assert "## Machine" in readme
+
+
+def test_the_readme_keeps_a_reports_numbers_and_links_its_prose(tmp_path: Path) -> None:
+    long_intro = "Latency in s. " + "How to read it. " * 30
+    report = "\n\n".join(
+        [
+            "## Transport",
+            long_intro,
+            "| a | b |\n| --- | --- |\n| 1 | 2 |",
+            "Median: 3 chunks/s.",
+            "Settings:",
+            "- bare: the settings",
+            "Split of a step:",
+            "| c |\n| --- |\n| 4 |",
+            "- Measured on a shared machine.",
+        ]
+    )
+    kept = numbers_of(report)
+    assert kept.split("\n\n") == [
+        "## Transport",
+        "| a | b |\n| --- | --- |\n| 1 | 2 |",
+        "Median: 3 chunks/s.",
+        "Split of a step:",
+        "| c |\n| --- |\n| 4 |",
+    ]
+    write_results("transport", quick=True, config={}, results={}, markdown=report, out=tmp_path)
+    readme = build_readme(tmp_path)
+    assert "How to read it." not in readme
+    assert "Method: [bench/transport.py](transport.py)" in readme
+    assert "Full report: [results/transport.md](results/transport.md)" in readme
 
 
 def test_a_cuda_run_sits_right_after_its_cpu_run(tmp_path: Path) -> None:
