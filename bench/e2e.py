@@ -44,7 +44,7 @@ Recovery after ``kill -9`` of a worker: every affected call had a partial again 
 kill (14.1–16.4 s over the runs of 2026-11-30; the fastest call 11.1–11.4 s; survivor assigned
 after 8.8 s, session timeout 10 s; the backlog is read with the VAD only, then live partials go
 before its finals); 0 finals lost or duplicated. Before the VAD-only catch-up: 15.4–18.4 s
-(docs/decisions/0006-catch-up-after-a-takeover.md).
+(docs/decisions/0005-catch-up-after-a-takeover.md).
 """
 
 from __future__ import annotations
