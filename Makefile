@@ -94,8 +94,8 @@ bench: setup  ## all benchmarks; results under bench/results/
 bench-quick: setup  ## the benchmarks in quick mode (< 10 minutes)
 	$(PY) -m bench.run --quick
 
-readme: venv  ## regenerate the README's configuration table from pipeline/settings.py
-	$(PY) -m scripts.update_readme
+readme: venv  ## regenerate docs/configuration.md's settings table from pipeline/settings.py
+	$(PY) -m scripts.update_configuration
 
 fixtures: system-packages  ## regenerate the speech fixtures under tests/fixtures/
 	python3 scripts/make_fixtures.py

@@ -1,6 +1,6 @@
-"""Regenerate the generated sections of README.md (the configuration table).
+"""Regenerate the generated section of docs/configuration.md (the table of every setting).
 
-Run by `make readme`; tests/unit/test_readme.py fails when the README is out of date.
+Run by `make readme`; tests/unit/test_readme.py fails when the table is out of date.
 """
 
 from __future__ import annotations
@@ -11,21 +11,21 @@ from pathlib import Path
 
 from pipeline.cli.config import settings_markdown
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+CONFIGURATION = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
 BLOCK = re.compile(r"(<!-- settings:begin -->\n).*?(<!-- settings:end -->)", re.S)
 
 
 def render(text: str) -> str:
-    """The README text with its settings block regenerated."""
+    """The text with its settings block regenerated."""
     return BLOCK.sub(lambda m: m.group(1) + settings_markdown() + "\n" + m.group(2), text)
 
 
 def main() -> int:
-    current = README.read_text()
+    current = CONFIGURATION.read_text()
     updated = render(current)
     if updated != current:
-        README.write_text(updated)
-        print("README.md: configuration table updated")
+        CONFIGURATION.write_text(updated)
+        print("docs/configuration.md: settings table updated")
     return 0
 
 
