@@ -16,6 +16,7 @@ Every error the package raises on purpose derives from one root, so callers can 
     │   │                           (runtime/transactions.py; the producer is given up)
     │   └── CheckpointReadCutError  a checkpoint read given up for a shutdown
     │                               (runtime/checkpoint_reader.py; nothing restored)
+    ├── InjectedFaultError     raised at an armed fault point, in tests (worker/faults.py)
     ├── PublishError           produced records were not delivered (delivery report failed)
     └── ModelLoadError         model weights missing, unreadable or of an unknown layout
 """

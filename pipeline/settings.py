@@ -35,6 +35,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES
 from pipeline.errors import ConfigError
+from pipeline.worker.faults import FAULTS_PATTERN
 
 __all__ = [
     "AsrSettings",
@@ -334,6 +335,14 @@ class WorkerSettings:
     )
     shutdown_timeout_ms: int = setting(
         10000, "SHUTDOWN_TIMEOUT_MS", "SIGTERM: exit within this long", minimum=0
+    )
+    faults: str = setting(
+        "",
+        "FAULTS",
+        "TESTS ONLY: fault points to arm, POINT=ACTION[:MS][@N],... (pipeline/worker/faults.py); "
+        "never set in production",
+        pattern=FAULTS_PATTERN,
+        expects="POINT=raise|kill|stop|sleep:MS[@N], comma-separated",
     )
 
 

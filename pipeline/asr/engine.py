@@ -73,6 +73,7 @@ class _Expected:
     """How a session announced by ``expect`` begins once its first chunk comes."""
 
     finals_through: int
+    finals_end_ms: int | None  # where the finalized audio ends (None: skip by index)
     start_samples: int  # its first sample in the call (16 kHz)
     next_index: int
     tenant: str = "default"
@@ -174,6 +175,7 @@ class Suppressed:
     guard: Guard
     text: str
     final: bool
+    end_ms: int | None = None  # a final's: where its audio ends (ms of the call)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +251,16 @@ class StreamingEngine:
         return self._recognizer.model_id
 
     @property
+    def vad_id(self) -> str:
+        """Which VAD segments the audio (its ``model_id``: weights and device); checkpoints
+        record it, as another VAD may segment the same audio a little differently."""
+        return str(getattr(self._vad, "model_id", type(self._vad).__name__))
+
+    def wrap_recognizer(self, wrap: Callable[[Recognizer], Recognizer]) -> None:
+        """Use ``wrap(recognizer)`` from now on (the worker's fault points, in tests)."""
+        self._recognizer = wrap(self._recognizer)
+
+    @property
     def sessions(self) -> dict[SessionKey, Session]:
         """Open sessions (read-only use)."""
         return self._sessions
@@ -270,6 +282,7 @@ class StreamingEngine:
             expected = self._expected.pop(key, None)
             if expected is not None:
                 session.finals_through = expected.finals_through
+                session.finals_end_ms = expected.finals_end_ms
                 if expected.start_samples or expected.next_index:
                     session.start_at(expected.start_samples, expected.next_index)
                 if expected.stats is not None:
@@ -333,6 +346,7 @@ class StreamingEngine:
         key: SessionKey,
         finals_through: int,
         *,
+        finals_end_ms: int | None = None,
         next_index: int = 0,
         start_samples: int = 0,
         tenant: str = "default",
@@ -345,8 +359,12 @@ class StreamingEngine:
         continue the numbering, and their times count from the call's start, not the replay's;
         ``stats`` (the snapshot's) keeps its ``SessionEnded`` counting from the call's start too.
         ``tenant`` is the session's, should it be closed before its first chunk.
+        ``finals_end_ms``: where the last of those utterances ended (ms of the call); given, the
+        replay skips the utterances that end there or before, whatever their index.
         """
-        self._expected[key] = _Expected(finals_through, start_samples, next_index, tenant, stats)
+        self._expected[key] = _Expected(
+            finals_through, finals_end_ms, start_samples, next_index, tenant, stats
+        )
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -357,8 +375,16 @@ class StreamingEngine:
             return None
         return session.snapshot(self._vad.export_state(session.vad_state))
 
-    def restore(self, key: SessionKey, snapshot: SessionSnapshot, finals_through: int) -> None:
-        """Recreate a session from a snapshot; utterances ``<= finals_through`` are not emitted.
+    def restore(
+        self,
+        key: SessionKey,
+        snapshot: SessionSnapshot,
+        finals_through: int,
+        *,
+        finals_end_ms: int | None = None,
+    ) -> None:
+        """Recreate a session from a snapshot; utterances ``<= finals_through`` (or, with
+        ``finals_end_ms``, those ending at or before it) are not emitted.
 
         Cold where the snapshot cannot carry a state: a denoising engine starts RNNoise afresh
         (its state lives in C; a denoising owner takes no snapshots, but the last owner may not
@@ -378,6 +404,7 @@ class StreamingEngine:
             logger.warning("VAD state of %s does not fit, starting it cold: %s", key, error)
             session.vad_state = self._vad.new_state()
         session.finals_through = finals_through
+        session.finals_end_ms = finals_end_ms
 
     # -- work --------------------------------------------------------------------------------
 
@@ -429,12 +456,18 @@ class StreamingEngine:
         jobs = ready or self._within_budget(due, partials_first=partials_first)
         if max_jobs is not None and not ready:
             jobs = jobs[:max_jobs]
-        outputs: list[EngineOutput] = []
-        self.last_step_jobs = 0  # counted by _decode: finals decoded ahead cost no window
+        self.last_step_jobs = 0  # counted by _apply: finals decoded ahead cost no window
         batch = self._config.max_batch
         started_s = self._timer()
-        for first in range(0, len(jobs), batch):
-            outputs.extend(self._decode(jobs[first : first + batch]))
+        # Every batch is recognized before any result is applied: a recognizer that fails on a
+        # later batch (a CUDA out-of-memory error, say) leaves every job due, as before the
+        # step, instead of finals the caller never received marked as done.
+        batches = [jobs[first : first + batch] for first in range(0, len(jobs), batch)]
+        plans = [self._plan(part) for part in batches]
+        results = [self._recognize(plan) for plan in plans]
+        outputs: list[EngineOutput] = []
+        for part, plan, result in zip(batches, plans, results, strict=True):
+            outputs.extend(self._apply(part, plan, result))
         decoded_partials = sum(job.partial for job in jobs)
         if decoded_partials:
             # The partials' share of the step: finals come on top of the budget.
@@ -559,9 +592,9 @@ class StreamingEngine:
                 partials.append(_Job(session, None, session.vad_position_samples))
         return finals + early + partials
 
-    def _decode(self, jobs: Sequence[_Job]) -> list[EngineOutput]:
-        requests: list[RecognitionRequest] = []
-        # Per job: its request, or the recognition of a final decoded ahead (no request).
+    def _plan(self, jobs: Sequence[_Job]) -> list[RecognitionRequest | Recognition]:
+        """Per job: its recognition request, or the recognition of a final decoded ahead (no
+        request). Changes nothing."""
         planned: list[RecognitionRequest | Recognition] = []
         for job in jobs:
             session = job.session
@@ -570,7 +603,6 @@ class StreamingEngine:
                 ahead = self._decoded_ahead(job, bias)
                 if ahead is not None:
                     planned.append(ahead)
-                    self.early_finals_used += 1
                     continue
                 audio = session.audio(job.final.start_samples, job.final.end_samples)
                 request = RecognitionRequest(audio, with_word_timings=True, bias=bias)
@@ -584,15 +616,29 @@ class StreamingEngine:
                 request = RecognitionRequest(
                     audio, committed=utterance.agreement.committed, bias=bias, partial=True
                 )
-            requests.append(request)
             planned.append(request)
-        self.last_step_jobs += len(requests)
-        fresh = iter(self._recognizer.recognize(requests) if requests else [])
+        return planned
+
+    def _recognize(self, planned: Sequence[RecognitionRequest | Recognition]) -> list[Recognition]:
+        """The recognizer's results for the plan's requests, in order (one batched call)."""
+        requests = [plan for plan in planned if isinstance(plan, RecognitionRequest)]
+        return self._recognizer.recognize(requests) if requests else []
+
+    def _apply(
+        self,
+        jobs: Sequence[_Job],
+        planned: Sequence[RecognitionRequest | Recognition],
+        results: Sequence[Recognition],
+    ) -> list[EngineOutput]:
+        """Turn a batch's recognitions into outputs and session progress."""
+        fresh = iter(results)
+        self.last_step_jobs += len(results)
         outputs: list[EngineOutput] = []
         for job, plan in zip(jobs, planned, strict=True):
             result = next(fresh) if isinstance(plan, RecognitionRequest) else plan
             session = job.session
             if job.final is not None:
+                self.early_finals_used += not isinstance(plan, RecognitionRequest)
                 session.final_jobs.remove(job.final)
                 outputs.extend(self._final(session, job.final, result))
             elif job.early_start_samples is not None:
@@ -649,7 +695,17 @@ class StreamingEngine:
             session.stats.suppressed += guard is not None
             if guard is None:
                 return []
-            return [Suppressed(session.key, session.tenant, job.utterance_index, guard, text, True)]
+            return [
+                Suppressed(
+                    session.key,
+                    session.tenant,
+                    job.utterance_index,
+                    guard,
+                    text,
+                    True,
+                    job.end_samples // SAMPLES_PER_MS,
+                )
+            ]
         start_ms = job.start_samples // SAMPLES_PER_MS
         end_ms = job.end_samples // SAMPLES_PER_MS
         words = tuple(

@@ -271,6 +271,9 @@ class Session:
         self.total_samples = 0
         self.next_index = 0
         self.finals_through = -1
+        # Where the utterances finalized before a failover end (ms of the call), when the
+        # checkpoint said: a replay skips by position, not by index (``_finalized_before``).
+        self.finals_end_ms: int | None = None
         self.utterance: OpenUtterance | None = None
         self.final_jobs: deque[FinalJob] = deque()
         self.early_final: EarlyFinal | None = None
@@ -424,24 +427,48 @@ class Session:
             index = self.next_index
             self.next_index += 1
             self.utterance = None
-            if index <= self.finals_through:
+            start_samples = decision.start_samples
+            finals_end_ms = self.finals_end_ms
+            by_position = finals_end_ms is not None
+            if finals_end_ms is not None:
+                # Numbered after the last final whatever the replay's VAD made of the audio
+                # before (a split or a merge there renumbers nothing), and begun where the
+                # finalized audio ends (a VAD that drifted may straddle it).
+                index = max(index, self.finals_through + 1)
+                start_samples = max(start_samples, finals_end_ms * SAMPLES_PER_MS)
+            if self._finalized_before(index, start_samples, end_samples):
                 # Finalized before a failover: replayed only to rebuild state.
                 self.stats.utterances += 1
+                if by_position:
+                    self.next_index = self.finals_through + 1
                 continue
+            if by_position:
+                self.next_index = index + 1
             self.final_jobs.append(
                 FinalJob(
                     index,
-                    decision.start_samples,
+                    start_samples,
                     end_samples,
                     # The VAD position when the rule fired (the endpoint's own timeline lags it
                     # by the gate's pad): the audio that had to arrive for this final.
                     max(decision.decided_at_samples, self.gate.position_samples),
                     decision.reason,
-                    decision.start_is_onset,
+                    decision.start_is_onset and start_samples == decision.start_samples,
                     # Cut at the end-of-stream padding: where the audio stopped, not speech.
                     decision.end_is_offset and end_samples == decision.end_samples,
                 )
             )
+
+    def _finalized_before(self, index: int, start_samples: int, end_samples: int) -> bool:
+        """Whether an utterance the replay decided was finalized before a failover. By position
+        when the checkpoint gave one: it ends within the finalized audio, or what is left of it
+        past there is shorter than a blip. By index otherwise (a checkpoint written before the
+        position was recorded): the same VAD segments the same audio the same way."""
+        if self.finals_end_ms is None:
+            return index <= self.finals_through
+        if end_samples // SAMPLES_PER_MS <= self.finals_end_ms:
+            return True
+        return end_samples - start_samples < self.endpoint.config.min_utterance_samples
 
     def _track_open_utterance(self) -> None:
         start = self.endpoint.utterance_start_samples

@@ -14,6 +14,8 @@ Frames: ``frame_samples`` (512) consecutive samples, float32 in [-1, 1], stream 
 
 from __future__ import annotations
 
+import functools
+import importlib.metadata
 import importlib.util
 import math
 import warnings
@@ -172,6 +174,12 @@ class SileroVad:
         self._check_against_wrapper(model, path)
 
     @property
+    def model_id(self) -> str:
+        """Which VAD this is, weights and device (``silero-vad-6.2.0/cpu``): checkpoints record
+        it, since another VAD may segment the same audio a little differently."""
+        return f"silero-vad-{_silero_version()}/{self._device.type}"
+
+    @property
     def device(self) -> torch.device:
         return self._device
 
@@ -287,6 +295,7 @@ class EnergyVad:
 
     sample_rate_hz = VAD_SAMPLE_RATE_HZ
     frame_samples = VAD_FRAME_SAMPLES
+    model_id = "energy"
 
     def __init__(self, floor_dbfs: float = -50.0, ceiling_dbfs: float = -20.0) -> None:
         if ceiling_dbfs <= floor_dbfs:
@@ -582,3 +591,11 @@ class SpeechGate:
         else:
             spans.append(GatedSpan(self._settled, end_samples, is_speech))
         self._settled = end_samples
+
+
+@functools.cache
+def _silero_version() -> str:
+    try:
+        return importlib.metadata.version("silero-vad")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"

@@ -51,6 +51,8 @@ class EventType(enum.StrEnum):
     PARTITIONS_ASSIGNED = "partitions_assigned"
     PARTITIONS_REVOKED = "partitions_revoked"
     PARTITIONS_LOST = "partitions_lost"
+    RESTORE_DISAGREED = "restore_disagreed"
+    VAD_CHANGED = "vad_changed"
     SESSION_STARTED = "session_started"
     SESSION_ENDED = "session_ended"
     CHUNK_REJECTED = "chunk_rejected"

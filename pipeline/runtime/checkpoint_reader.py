@@ -52,8 +52,11 @@ def read_checkpoints(
 
     One reader for all of them (a takeover after a crash restores every partition of the dead
     worker at once: a reader per partition cost a client start and a first fetch each). Reads
-    ``read_committed`` up to the end; a dead worker's open transaction holds the end back until
-    it is aborted (``transaction.timeout.ms``), which is what makes the read safe. Malformed
+    ``read_committed`` up to the partitions' *high watermarks* (asked of a ``read_uncommitted``
+    client: a ``read_committed`` one is told the last stable offset), so every record of a
+    transaction that is resolved, or still resolving, is waited for: a transaction committed
+    but whose markers are not written yet is read once they are, and a dead worker's open one
+    holds the read until it is aborted (``transaction.timeout.ms``). Malformed
     records are logged and skipped. ``progressed`` is called whenever a Kafka call returns (the
     worker's liveness). Raises InfrastructureError when the watermarks cannot be read, or the
     end is not reached within ``timeout_s``; CheckpointReadCutError, within about a second, once
@@ -63,6 +66,7 @@ def read_checkpoints(
     if not partitions:
         return {}
     reader = new_consumer(checkpoint_reader_config(kafka, worker_id))
+    ends_reader = new_consumer(checkpoint_reader_config(kafka, worker_id, committed=False))
     latest: dict[int, dict[bytes, SessionCheckpoint | PartitionCheckpoint]] = {}
     timeout_at = time.monotonic() + timeout_s
 
@@ -78,7 +82,7 @@ def read_checkpoints(
         ends: dict[int, int] = {}
         starts = []
         for partition in partitions:
-            low, high = _watermarks(reader, TopicPartition(topic, partition), time_left_s)
+            low, high = _watermarks(ends_reader, TopicPartition(topic, partition), time_left_s)
             progressed()
             if high > low:
                 ends[partition] = high
@@ -110,6 +114,7 @@ def read_checkpoints(
                 f"{timeout_s:.0f} s"
             )
     finally:
+        ends_reader.close()
         reader.close()
     return {partition: list(found.values()) for partition, found in latest.items()}
 

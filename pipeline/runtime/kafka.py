@@ -172,13 +172,20 @@ def partials_producer_config(kafka: KafkaSettings, worker_id: str) -> dict[str, 
     }
 
 
-def checkpoint_reader_config(kafka: KafkaSettings, worker_id: str) -> dict[str, object]:
-    """A group-less reader of ``asr.checkpoints`` (assign + read to the end, never commits)."""
+def checkpoint_reader_config(
+    kafka: KafkaSettings, worker_id: str, *, committed: bool = True
+) -> dict[str, object]:
+    """A group-less reader of ``asr.checkpoints`` (assign + read to the end, never commits).
+
+    ``committed``: reads committed records only (the reader); False: the client that asks for
+    the partitions' high watermarks (a ``read_committed`` client is told the last stable offset
+    instead, which leaves out a transaction still being resolved).
+    """
     return {
         **_base(kafka),
         "group.id": f"streamscribe-checkpoint-reader-{worker_id}",
         "client.id": f"streamscribe-worker-{worker_id}-checkpoints",
         "enable.auto.commit": False,
-        "isolation.level": "read_committed",
+        "isolation.level": "read_committed" if committed else "read_uncommitted",
         "auto.offset.reset": "earliest",
     }

@@ -282,6 +282,20 @@ TRANSACTION_REWINDS = MetricSpec(
     "Commits that failed and rewound the worker to its committed offsets (the work is "
     "replayed, finals stay exactly once), by cause.",
 )
+RESTORE_DISAGREEMENTS = MetricSpec(
+    "asr_restore_disagreements_total",
+    MetricType.COUNTER,
+    (),
+    "Partitions restored although their checkpoints and committed offsets still came from "
+    "different transactions after every re-read (an offset reset, or expired group offsets).",
+)
+VAD_CHANGES = MetricSpec(
+    "asr_vad_changes_total",
+    MetricType.COUNTER,
+    (),
+    "Sessions resumed from checkpoints that another VAD (device, weights or version) wrote: "
+    "their replay may segment the audio a little differently.",
+)
 LATENCY_OBJECTIVE = MetricSpec(
     "asr_latency_objective_seconds",
     MetricType.GAUGE,
@@ -348,6 +362,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     PARTIALS_THINNED,
     EARLY_FINALS,
     TRANSACTION_REWINDS,
+    RESTORE_DISAGREEMENTS,
+    VAD_CHANGES,
     LATENCY_OBJECTIVE,
     DEPENDENCY_UP,
     MODEL_INFO,
@@ -466,6 +482,8 @@ class WorkerMetrics:
         self._partials_thinned = new_counter(PARTIALS_THINNED, registry)
         self._early_finals = new_counter(EARLY_FINALS, registry)
         self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
+        self._restore_disagreements = new_counter(RESTORE_DISAGREEMENTS, registry)
+        self._vad_changes = new_counter(VAD_CHANGES, registry)
         self._latency_objective = new_gauge(LATENCY_OBJECTIVE, registry)
         # Never 0 (the alerts would fire on any latency); the worker command sets its own.
         self.set_latency_objective(MetricsSettings().latency_objective_ms / 1000)
@@ -533,6 +551,12 @@ class WorkerMetrics:
 
     def count_transaction_rewind(self, cause: RewindCause | str) -> None:
         self._transaction_rewinds.labels(RewindCause(cause).value).inc()
+
+    def count_restore_disagreements(self, partitions: int) -> None:
+        self._restore_disagreements.inc(partitions)
+
+    def count_vad_changes(self, sessions: int) -> None:
+        self._vad_changes.inc(sessions)
 
     def set_latency_objective(self, seconds: float) -> None:
         """The P99 objective the latency alerts compare with (``LATENCY_OBJECTIVE``)."""

@@ -28,6 +28,7 @@ __all__ = [
     "UNREACHABLE",
     "StuckCallError",
     "bounded",
+    "commit_budget_s",
     "raise_if_fenced",
     "retrying",
     "transactional",
@@ -39,6 +40,22 @@ TRANSACTION_TIMEOUT_S = 30.0
 RETRY_DEADLINE_S = 120.0
 """How long a transactional call is retried on retriable errors (a broker restarting), except
 while shutting down, when the rest of the shutdown bound is all there is."""
+COMMIT_MARGIN_S = 1.0
+"""How long before the broker's transaction timeout a commit gives up its retries."""
+
+
+def commit_budget_s(transaction_timeout_ms: int) -> float:
+    """How long the calls of one commit (and of the abort after it) are retried.
+
+    The broker aborts a transaction that has been open for ``transaction.timeout.ms`` and bumps
+    its producer's epoch, which fences the producer: a commit still retrying then would read
+    its own timeout as another worker taking over. So a commit gives up ``COMMIT_MARGIN_S``
+    before that (at least 0.5 s), and is aborted and rewound, or its producer replaced; a broker
+    outage longer than that costs a rewind, not the worker.
+    """
+    return max(0.5, transaction_timeout_ms / 1000 - COMMIT_MARGIN_S)
+
+
 # How long past its own timeout a transactional call may block before the producer is given up
 # as stuck (see ``bounded``).
 STUCK_GRACE_S = 5.0
@@ -72,11 +89,13 @@ def retrying(
     deadline_s: float = RETRY_DEADLINE_S,
     cut_off: Callable[[], float | None] = lambda: None,
     progress: Callable[[], None] = lambda: None,
+    also: Callable[[KafkaError], bool] = lambda error: False,
 ) -> None:
     """Run a transactional call, repeating it while Kafka calls its error retriable (a broker
-    restarting) for ``deadline_s``, and never past ``cut_off()`` (monotonic s, asked after each
-    failure: a shutdown that begins meanwhile ends the retries); other errors propagate.
-    ``progress()`` is called after every try that returned or raised a Kafka error."""
+    restarting), or ``also(error)`` says so, for ``deadline_s``, and never past ``cut_off()``
+    (monotonic s, asked after each failure: a shutdown that begins meanwhile ends the retries);
+    other errors propagate. ``progress()`` is called after every try that returned or raised a
+    Kafka error."""
     deadline = time.monotonic() + deadline_s
     while True:
         try:
@@ -87,7 +106,8 @@ def retrying(
             progress()
             cut = cut_off()
             last = deadline if cut is None else min(deadline, cut)
-            if not error.args[0].retriable() or time.monotonic() > last:
+            retry = error.args[0].retriable() or also(error.args[0])
+            if not retry or time.monotonic() > last:
                 raise
             logger.warning("retrying after a retriable Kafka error: %s", error.args[0])
             time.sleep(0.5)

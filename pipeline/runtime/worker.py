@@ -42,13 +42,13 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -89,10 +89,14 @@ from pipeline.runtime.metrics import (
     RewindCause,
     WorkerMetrics,
 )
+from pipeline.runtime.recovery import RestorePoint, recover
 from pipeline.runtime.transactions import (
+    FENCED,
     TRANSACTION_TIMEOUT_S,
     UNREACHABLE,
     StuckCallError,
+    bounded,
+    commit_budget_s,
     raise_if_fenced,
     retrying,
     transactional,
@@ -108,6 +112,7 @@ from pipeline.worker.checkpoint import (
     encode_key,
 )
 from pipeline.worker.dead_letter import fit_dead_letter
+from pipeline.worker.faults import FaultPoint, Faults
 from pipeline.worker.flow import PartialThinning, catching_up, paused_after
 from pipeline.worker.intake import feed_chunk
 from pipeline.worker.outbox import Outbox
@@ -136,6 +141,9 @@ CATCH_UP_MAX_S = 30.0
 CATCH_UP_FIRST_FETCH_S = 1.0
 """How long empty polls right after an assignment still count as catching up (the first fetch
 from newly assigned partitions takes a moment)."""
+
+ABANDON_ABORT_S = 2.0
+"""How long a failed worker tries to abort its open transaction before it exits."""
 
 CHECKPOINT_METADATA_TIMEOUT_S = 10.0
 """Reading the partition counts of audio.chunks and asr.checkpoints (start, raised counts)."""
@@ -213,6 +221,18 @@ class AsrWorker:
         self._consumer: Any = None
         self._tx: Any = None
         self._partials: Any = None
+        # Between begin_transaction and its commit or abort: what a crash must abort.
+        self._transaction_open = False
+        self._transaction_began_s: float | None = None
+        # The open commit's own bound (monotonic s): its calls are retried until then, never
+        # past the broker's transaction timeout (``_commit``).
+        self._commit_deadline: float | None = None
+        # Partitions were lost: the others rewind before the next records are handled.
+        self._rewind_pending = False
+        self._faults = Faults.of(self._worker.faults)
+        if self._faults:
+            logger.warning("fault points armed (tests only): %s", self._worker.faults)
+            engine.wrap_recognizer(self._faults.around)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -271,14 +291,26 @@ class AsrWorker:
         try:
             while not self._stop.is_set():
                 self._iteration()
-        finally:
-            self._shutdown()
+        except BaseException:
+            # Only a requested stop commits: after a failure the engine's state may be part-way
+            # through a step, and committing it could release records whose finals never
+            # reached the outbox. The next owner replays from the last commit instead.
+            self._abandon()
+            raise
+        self._shutdown()
 
     def _iteration(self) -> None:
         records = self._consumer.consume(
             num_messages=self._worker.poll_batch, timeout=self._worker.poll_timeout_ms / 1000
         )
         self._tick_fetch_clock()
+        if self._rewind_pending:
+            # Partitions were lost during the poll and the others' staged output was dropped:
+            # their sessions rewind to the last commit, and these records come again.
+            self._rewind_pending = False
+            self._rewind()
+            self._progressed()
+            return
         for record in records:
             self._handle(record)
         started = time.perf_counter()
@@ -368,13 +400,20 @@ class AsrWorker:
             self._shutdown_deadline = time.monotonic() + self._worker.shutdown_timeout_ms / 1000
         return self._shutdown_deadline
 
+    def _cut_off(self) -> float | None:
+        """When the retries of a transactional call stop (monotonic s): the shutdown bound's
+        end while stopping, the open commit's deadline inside a commit, the earlier of both;
+        None when neither applies."""
+        bounds = [b for b in (self._shutdown_deadline, self._commit_deadline) if b is not None]
+        return min(bounds) if bounds else None
+
     def _call_timeout_s(self) -> float:
-        """The timeout of one transactional call: ``TRANSACTION_TIMEOUT_S``, or what is left of
-        the shutdown bound while stopping (at least 0.1 s)."""
-        if self._shutdown_deadline is None:
+        """The timeout of one transactional call: ``TRANSACTION_TIMEOUT_S``, or what is left
+        until ``_cut_off`` (at least 0.1 s)."""
+        cut_off = self._cut_off()
+        if cut_off is None:
             return TRANSACTION_TIMEOUT_S
-        left = self._shutdown_deadline - time.monotonic()
-        return max(0.1, min(TRANSACTION_TIMEOUT_S, left))
+        return max(0.1, min(TRANSACTION_TIMEOUT_S, cut_off - time.monotonic()))
 
     def _shutdown(self) -> None:
         """Stop fetching, commit what is done, hand open work to the next owner, leave."""
@@ -403,6 +442,40 @@ class AsrWorker:
             self._publish_leaving_events()
             self.status.running = False
 
+    def _abandon(self) -> None:
+        """The loop failed: commit nothing, abort the open transaction, leave the group.
+
+        What was staged is dropped. The partitions' next owner (another worker, or this one
+        restarted) replays from the last commit, whose finals, checkpoints and offsets were
+        committed together. Leaving now rather than at the session timeout hands the
+        partitions over sooner; the leave's revoke commits nothing (``_closing``).
+        """
+        logger.error("the worker loop failed: nothing more is committed, the next owner replays")
+        self._closing = True
+        self._outbox.discard()
+        self._abort_open_transaction(ABANDON_ABORT_S)
+        try:
+            if self._partials is not None:
+                self._partials.flush(1.0)
+            if self._consumer is not None:
+                self._consumer.close()
+        except (KafkaException, KafkaError, RuntimeError) as error:
+            logger.warning("leaving after the failure: %s", error)
+        self.status.running = False
+
+    def _abort_open_transaction(self, bound_s: float) -> None:
+        """Abort the open transaction, if any, within about ``bound_s``: the partitions' next
+        owner then reads their checkpoints at once instead of waiting for the broker to time
+        the transaction out. Failing that, the broker's timeout aborts it."""
+        producer = self._tx
+        if not self._transaction_open or producer is None:
+            return
+        try:
+            bounded(lambda: producer.abort_transaction(bound_s), bound_s)
+            self._transaction_open = False
+        except (KafkaException, StuckCallError) as error:
+            logger.warning("the open transaction was not aborted (the broker will): %s", error)
+
     def _publish_leaving_events(self) -> None:
         """Publish what the leave itself staged (partitions_revoked, worker_stopped).
 
@@ -420,6 +493,10 @@ class AsrWorker:
     def _handle(self, record: Message) -> None:
         error = record.error()
         if error is not None:
+            if error.fatal():
+                # The consumer cannot go on (fenced as a static member, say): stop, committing
+                # nothing; the partitions' next owner replays.
+                raise InfrastructureError(f"fatal Kafka consumer error: {error}")
             if error.code() != KafkaError._PARTITION_EOF:
                 logger.warning("consume error: %s", error)
             return
@@ -545,7 +622,7 @@ class AsrWorker:
                 progress = self._book.session(output.key)
                 if progress is not None and progress.finals_suppressed is not None:
                     progress.finals_suppressed += 1
-                self._finalized(output.key, output.utterance_index)
+                self._finalized(output.key, output.utterance_index, output.end_ms)
                 self._event(
                     EventType.HALLUCINATION_SUPPRESSED,
                     output.key,
@@ -574,13 +651,16 @@ class AsrWorker:
         progress = self._book.session(key)
         if progress is not None and progress.finals_published is not None:
             progress.finals_published += 1
-        self._finalized(key, final.utterance_index)
+        self._finalized(key, final.utterance_index, final.end_ms)
 
-    def _finalized(self, key: SessionKey, utterance_index: int) -> None:
-        """Utterance ``utterance_index`` got its final (or was suppressed) in this transaction."""
+    def _finalized(self, key: SessionKey, utterance_index: int, end_ms: int | None) -> None:
+        """Utterance ``utterance_index``, whose audio ends at ``end_ms``, got its final (or was
+        suppressed) in this transaction."""
         progress = self._book.session(key)
         if progress is not None:
-            progress.finals_through = max(progress.finals_through, utterance_index)
+            if utterance_index >= progress.finals_through:
+                progress.finals_through = utterance_index
+                progress.finals_end_ms = end_ms
             progress.dirty = True
         self._commit_needed = True
 
@@ -687,6 +767,7 @@ class AsrWorker:
             self._write_checkpoints(partition, progress, now_ms)
             self._record_lag(partition, progress)
             watermark = progress.low_watermark()
+            self._write_partition_checkpoint(partition, progress, watermark)
             if watermark is not None:
                 offsets.append(
                     TopicPartition(self._topics[TopicRole.AUDIO_CHUNKS], partition, watermark)
@@ -700,8 +781,15 @@ class AsrWorker:
         # Everything of this commit is produced now, so a transaction lives only for the
         # produce + commit round trips, never for a long recognizer step.
         producer = self._tx
+        # Retries end before the broker would abort the transaction as timed out (which
+        # fences this producer): past that the commit is given up, aborted and rewound.
+        self._commit_deadline = time.monotonic() + commit_budget_s(
+            self._worker.transaction_timeout_ms
+        )
         try:
             producer.begin_transaction()
+            self._transaction_open = True
+            self._transaction_began_s = time.monotonic()
             for record in self._outbox.records:
                 producer.produce(
                     record.topic,
@@ -710,6 +798,7 @@ class AsrWorker:
                     headers=record.headers,
                     partition=record.partition,
                 )
+            self._faults.hit(FaultPoint.BEFORE_COMMIT)
             if offsets:
                 metadata = self._consumer.consumer_group_metadata()
                 transactional(
@@ -717,22 +806,30 @@ class AsrWorker:
                         offsets, metadata, timeout_s
                     ),
                     timeout_s=self._call_timeout_s,
-                    cut_off=lambda: self._shutdown_deadline,
+                    cut_off=self._cut_off,
                     progress=self._progressed,
                 )
+                self._faults.hit(FaultPoint.AFTER_SEND_OFFSETS)
             transactional(
                 producer.commit_transaction,
                 timeout_s=self._call_timeout_s,
-                cut_off=lambda: self._shutdown_deadline,
+                cut_off=self._cut_off,
                 progress=self._progressed,
             )
+            self._transaction_open = False
         except (KafkaException, StuckCallError) as error:
+            self._commit_deadline = None
             self._outbox.discard()  # the rewind handles the records again
             if self._stop.is_set():
-                # Shutting down: no rewind; the partitions' next owner replays the work.
+                # Shutting down: no rewind; the partitions' next owner replays the work, and
+                # reads their checkpoints at once if the transaction is aborted here.
+                self._abort_open_transaction(self._call_timeout_s())
                 raise InfrastructureError(f"the last commit failed: {error}") from None
             self._transaction_failed(error)
             return
+        finally:
+            self._commit_deadline = None
+        self._transaction_began_s = None
         self.status.commits += 1
         finals = self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).
@@ -745,6 +842,7 @@ class AsrWorker:
                 )
         for progress in self._book.partitions.values():
             progress.checkpointed_handled_through = progress.handled_through
+            progress.checkpointed_offset = progress.staged_offset
         self._metrics.observe_duration(DurationKind.COMMIT, time.perf_counter() - started)
 
     def _count_committed(self) -> list[Final]:
@@ -800,6 +898,8 @@ class AsrWorker:
                     True,
                     session.finals_published,
                     session.finals_suppressed,
+                    session.finals_end_ms,
+                    self._engine.vad_id,
                 )
                 self._outbox.stage(
                     topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
@@ -824,6 +924,8 @@ class AsrWorker:
                 False,
                 session.finals_published,
                 session.finals_suppressed,
+                session.finals_end_ms,
+                self._engine.vad_id,
             )
             self._outbox.stage(
                 topic, key=encode_key(key), value=checkpoint.encode(), partition=partition
@@ -835,13 +937,27 @@ class AsrWorker:
             # Never lowered: a new owner's replay starts below what the last owner handled, and
             # the rest of that replay must still count as handled (no dead letter or event twice).
             progress.handled_through = max(progress.handled_through, progress.next_offset - 1)
-        if progress.handled_through != progress.checkpointed_handled_through:
-            self._outbox.stage(
-                topic,
-                key=encode_key(PARTITION_KEY),
-                value=PartitionCheckpoint(progress.handled_through).encode(),
-                partition=partition,
-            )
+
+    def _write_partition_checkpoint(
+        self, partition: int, progress: PartitionProgress, watermark: int | None
+    ) -> None:
+        """Stage the partition's ``handled_through`` and the offset this commit commits, when
+        either changed: a restore compares that offset with the group's committed offset to
+        know that it read the checkpoints of the same transaction (``_recover``)."""
+        progress.staged_offset = (
+            watermark if watermark is not None else progress.checkpointed_offset
+        )
+        if (
+            progress.handled_through == progress.checkpointed_handled_through
+            and progress.staged_offset == progress.checkpointed_offset
+        ):
+            return
+        self._outbox.stage(
+            self._topics[TopicRole.CHECKPOINTS],
+            key=encode_key(PARTITION_KEY),
+            value=PartitionCheckpoint(progress.handled_through, progress.staged_offset).encode(),
+            partition=partition,
+        )
 
     def _expire_ended(self, now_ms: int) -> None:
         """Forget sessions ended ``ended_retention_ms`` ago and delete their checkpoints
@@ -855,39 +971,59 @@ class AsrWorker:
 
     def _transaction_failed(self, error: KafkaException | StuckCallError) -> None:
         """Abort (or replace a stuck or broken producer) and rewind: drop in-RAM state and
-        replay from the committed offsets and checkpoints. Being fenced is raised: another
-        worker with this worker's id owns its transactions now."""
+        replay from the committed offsets and checkpoints. Being fenced is raised (another
+        worker with this worker's id owns its transactions now), unless the transaction was
+        open long enough for the broker to have aborted it as timed out, which fences the
+        producer too (a broker outage longer than the commit's budget): then a new producer."""
         cause = RewindCause.STUCK
         if isinstance(error, KafkaException):
             kafka_error = error.args[0]
-            raise_if_fenced(kafka_error)
+            self._raise_if_fenced(kafka_error)
             if kafka_error.code() in UNREACHABLE:
                 self._metrics.set_dependency_up(Dependency.KAFKA, False)
-            if kafka_error.fatal():
+            if kafka_error.fatal() or kafka_error.code() in FENCED:
                 cause = RewindCause.FATAL
             else:
                 logger.warning("transaction failed, aborting and rewinding: %s", kafka_error)
                 producer = self._tx
+                self._commit_deadline = time.monotonic() + commit_budget_s(
+                    self._worker.transaction_timeout_ms
+                )
                 try:
                     transactional(
                         producer.abort_transaction,
                         timeout_s=self._call_timeout_s,
-                        cut_off=lambda: self._shutdown_deadline,
+                        cut_off=self._cut_off,
                         progress=self._progressed,
                     )
                     cause = RewindCause.FAILED
                 except KafkaException as abort_error:
                     # A broker restarted mid-transaction can leave the producer in a state it
                     # cannot leave (INVALID_TXN_STATE, fatal): a new producer can.
-                    raise_if_fenced(abort_error.args[0])
+                    self._raise_if_fenced(abort_error.args[0])
                     error, cause = abort_error, RewindCause.FATAL
                 except StuckCallError as stuck:
                     error = stuck
+                finally:
+                    self._commit_deadline = None
+        self._transaction_open = False  # aborted, or its producer is replaced
+        self._transaction_began_s = None
         if cause is not RewindCause.FAILED:
             logger.error("%s; replacing the transactional producer and rewinding", error)
             self._replace_producer()
         self._metrics.count_transaction_rewind(cause)
         self._rewind()
+
+    def _raise_if_fenced(self, error: KafkaError) -> None:
+        """``raise_if_fenced``, except after a transaction the broker may have timed out (open
+        for ``transaction_timeout_ms`` or longer): that fences this producer, not the worker."""
+        began = self._transaction_began_s
+        if (
+            began is not None
+            and time.monotonic() - began >= self._worker.transaction_timeout_ms / 1000
+        ):
+            return
+        raise_if_fenced(error)
 
     def _transactional_producer(self) -> Any:
         """Finals, events, checkpoints and dead letters go through it (stable transactional id)."""
@@ -908,43 +1044,55 @@ class AsrWorker:
             transactional(
                 producer.init_transactions,
                 timeout_s=self._call_timeout_s,
-                cut_off=lambda: self._shutdown_deadline,
+                cut_off=self._cut_off,
                 progress=self._progressed,
             )
         except (KafkaException, StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None
 
     def _rewind(self) -> None:
-        """Forget every owned session, rebuild from checkpoints, seek to the committed offsets."""
+        """Forget every owned session, rebuild from checkpoints, seek to the committed offsets
+        (``recovery.recover``: the offsets first, then the checkpoints they agree with)."""
         partitions = list(self._book.partitions)
         topic = self._topics[TopicRole.AUDIO_CHUNKS]
         self._forget(partitions)
-        if not self._restore_unless_stopping(self._consumer, partitions):
+        point = self._restore_unless_stopping(self._consumer, partitions)
+        if point is None:
             return
+        for partition in partitions:
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, point.offsets[partition]))
+            except KafkaException as seek_error:
+                # A partition being revoked right now: its next owner replays it anyway.
+                logger.warning("cannot rewind partition %d: %s", partition, seek_error)
+
+    def _read_committed_offsets(self, partitions: Sequence[int]) -> dict[int, int | None]:
+        """The group's committed offsets of ``partitions``, stable: the consumer is
+        ``read_committed``, so librdkafka asks for stable offsets and the coordinator answers
+        once no transaction holds pending offsets for them (KIP-447). None: no offset."""
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
         committed: list[TopicPartition] = []
 
-        def read_committed_offsets() -> None:
+        def read() -> None:
             committed[:] = self._consumer.committed(
                 [TopicPartition(topic, p) for p in partitions], self._call_timeout_s()
             )
 
         try:
             # Like every call of the recovery, bounded by a shutdown that begins meanwhile.
+            # Every error that is not fatal is tried again: a try that times out (a frozen
+            # owner's pending offsets hold it until its transaction resolves), and a group
+            # coordinator moving or loading after a broker restart (NOT_COORDINATOR,
+            # COORDINATOR_LOAD_IN_PROGRESS: found by bench/chaos.py, the workers exited).
             retrying(
-                read_committed_offsets,
-                cut_off=lambda: self._shutdown_deadline,
+                read,
+                cut_off=self._cut_off,
                 progress=self._progressed,
+                also=lambda error: not error.fatal(),
             )
         except KafkaException as error:
             raise InfrastructureError(f"cannot read the committed offsets: {error}") from None
-        for tp in committed:
-            if tp.offset < 0:
-                tp.offset = OFFSET_BEGINNING
-            try:
-                self._consumer.seek(tp)
-            except KafkaException as seek_error:
-                # A partition being revoked right now: its next owner replays it anyway.
-                logger.warning("cannot rewind partition %d: %s", tp.partition, seek_error)
+        return {tp.partition: tp.offset if tp.offset >= 0 else None for tp in committed}
 
     # -- backpressure ----------------------------------------------------------------------
 
@@ -992,8 +1140,16 @@ class AsrWorker:
             # audio.chunks raised while running (asr.checkpoints must have been too), or
             # asr.checkpoints not there yet when the worker started (the topics Job racing it).
             self._check_checkpoint_partitions(audio_partitions=max(numbers) + 1)
-        if not self._restore_unless_stopping(consumer, numbers):
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        point = self._restore_unless_stopping(consumer, numbers)
+        if point is None:
+            # Assigned but not owned: paused, and handed to the next owner with the leave.
+            consumer.incremental_assign(partitions)
+            consumer.pause(partitions)
             return
+        # Exactly the offsets the checkpoints agree with: left to itself, the client would
+        # fetch the committed offsets again, after the checkpoints were read.
+        consumer.incremental_assign([TopicPartition(topic, p, point.offsets[p]) for p in numbers])
         if numbers:
             self._assigned_at = time.monotonic()
             self._catch_up_partitions = frozenset(numbers)
@@ -1063,6 +1219,10 @@ class AsrWorker:
         # they stay, or they would never be published.
         self._drop_partition_output()
         self._forget(numbers)
+        # The partitions kept had their staged finals and checkpoints dropped with the rest,
+        # while their sessions went on: they rewind to their last commit before the next
+        # record is handled (``_iteration``), or those finals would never be published.
+        self._rewind_pending = bool(self._book.partitions)
         self.status.assigned = self.status.assigned - frozenset(numbers)
         self._metrics.set_assignment(self.status.assigned)
         self._count_paused_partitions()
@@ -1085,33 +1245,76 @@ class AsrWorker:
         for key in forgotten.ended:
             self._admission.forget(key)
 
-    def _restore_unless_stopping(self, consumer: Consumer, partitions: Sequence[int]) -> bool:
-        """``_restore``; False when a shutdown cut its checkpoint read. Then nothing of these
+    def _restore_unless_stopping(
+        self, consumer: Consumer, partitions: Sequence[int]
+    ) -> RestorePoint | None:
+        """``_restore``; None when a shutdown cut its checkpoint read. Then nothing of these
         partitions is owned: the leave commits none of their offsets, ``_handle`` drops any
         record of theirs still fetched (not in the book), and they stay paused until the leave
         hands them to the next owner, which restores them."""
         try:
-            self._restore(partitions)
+            return self._restore(partitions)
         except CheckpointReadCutError as cut:
             logger.warning("%s; leaving them to the next owner", cut)
             topic = self._topics[TopicRole.AUDIO_CHUNKS]
             consumer.pause([TopicPartition(topic, p) for p in partitions])
-            return False
-        return True
+            return None
 
-    def _restore(self, partitions: Iterable[int]) -> None:
-        """Read the partitions' checkpoints and rebuild their sessions' starting state."""
+    def _restore(self, partitions: Iterable[int]) -> RestorePoint:
+        """Read where the partitions resume (``recovery.recover``) and rebuild their sessions'
+        starting state; returns the offsets to resume from."""
         numbers = list(partitions)
-        checkpoints = self._read_checkpoints(numbers)
+        point = recover(
+            numbers,
+            read_offsets=self._read_committed_offsets,
+            read_checkpoints=self._read_checkpoints,
+            between=lambda: self._faults.hit(FaultPoint.RESTORE_AFTER_OFFSETS),
+        )
+        if point.disagreed:
+            self._metrics.count_restore_disagreements(len(point.disagreed))
+            self._event(
+                EventType.RESTORE_DISAGREED,
+                detail={
+                    "partitions": list(point.disagreed),
+                    "offsets": {str(p): point.offsets[p] for p in point.disagreed},
+                },
+            )
+        self._report_vad_changes(point)
         for partition in numbers:
             progress = PartitionProgress(partition)
             self._book.add(progress)
-            for record in checkpoints.get(partition, ()):
+            for record in point.checkpoints.get(partition, ()):
                 if isinstance(record, PartitionCheckpoint):
                     progress.handled_through = record.handled_through
                     progress.checkpointed_handled_through = record.handled_through
+                    progress.checkpointed_offset = record.committed_offset
                     continue
                 self._restore_session(progress, record)
+        self._faults.hit(FaultPoint.RESTORE_BEFORE_ASSIGN)
+        return point
+
+    def _report_vad_changes(self, point: RestorePoint) -> None:
+        """Sessions segmented so far by another VAD (another device, weights or version, as
+        in a rolling upgrade) replay their audio on this one, which may segment it a little
+        differently: a metric and an event. Their finals stay exactly once (skipped by
+        position), but a replayed utterance may be cut differently."""
+        ours = self._engine.vad_id
+        others = Counter(
+            record.vad_id
+            for records in point.checkpoints.values()
+            for record in records
+            if isinstance(record, SessionCheckpoint)
+            and not record.ended
+            and record.vad_id not in (None, ours)
+        )
+        if not others:
+            return
+        self._metrics.count_vad_changes(sum(others.values()))
+        self._event(
+            EventType.VAD_CHANGED,
+            detail={"vad_id": ours, "previous": dict(sorted(others.items()))},
+        )
+        logger.warning("resuming sessions segmented by another VAD (%s): %s", ours, dict(others))
 
     def _restore_session(self, progress: PartitionProgress, checkpoint: SessionCheckpoint) -> None:
         key = checkpoint.key
@@ -1125,6 +1328,7 @@ class AsrWorker:
         session = progress.session(key)
         session.announced = True
         session.finals_through = checkpoint.finals_through
+        session.finals_end_ms = checkpoint.finals_end_ms
         session.checkpointed_finals_through = checkpoint.finals_through
         session.finals_published = checkpoint.finals_published
         session.finals_suppressed = checkpoint.finals_suppressed
@@ -1134,15 +1338,18 @@ class AsrWorker:
         snapshot, admission = checkpoint.snapshot, checkpoint.admission
         if snapshot is None or admission is None:
             # Replayed from the call's first record (the committed offset holds it).
-            self._engine.expect(key, checkpoint.finals_through)
+            self._engine.expect(
+                key, checkpoint.finals_through, finals_end_ms=checkpoint.finals_end_ms
+            )
             return
-        if not self._restore_snapshot(key, snapshot, checkpoint.finals_through):
+        if not self._restore_snapshot(key, snapshot, checkpoint):
             # The engine state is lost, not the bookkeeping: the records the snapshot covered
             # are released, so the session starts afresh where it ended, numbering and audio
             # position continued, and the records up to it are skipped as after a restore.
             self._engine.expect(
                 key,
                 checkpoint.finals_through,
+                finals_end_ms=checkpoint.finals_end_ms,
                 next_index=snapshot.next_index,
                 start_samples=snapshot.total_samples,
                 tenant=snapshot.tenant,
@@ -1153,13 +1360,20 @@ class AsrWorker:
         session.snapshot_admission = admission
         session.skip_through = snapshot.last_position if snapshot.last_position is not None else -1
 
-    def _restore_snapshot(self, key: SessionKey, snapshot: SessionSnapshot, finals: int) -> bool:
+    def _restore_snapshot(
+        self, key: SessionKey, snapshot: SessionSnapshot, checkpoint: SessionCheckpoint
+    ) -> bool:
         """``engine.restore``; False when the engine cannot use the snapshot (a record that
         decoded but does not restore): logged, as a bad record in the compacted topic must not
         stop every worker that takes the partition. Only the VAD, gate and endpoint state at the
         snapshot is lost then (a few frames of accuracy); its utterances were finalized."""
         try:
-            self._engine.restore(key, snapshot, finals)
+            self._engine.restore(
+                key,
+                snapshot,
+                checkpoint.finals_through,
+                finals_end_ms=checkpoint.finals_end_ms,
+            )
         except (ValueError, TypeError, RuntimeError, ConfigError) as error:
             logger.error("checkpoint of %s is unusable, resuming it cold: %r", key, error)
             self._engine.drop(key)

@@ -26,6 +26,8 @@ class SessionProgress:
     snapshot_admission: AdmissionState | None = None
     skip_through: int = -1
     finals_through: int = -1
+    # Where utterance ``finals_through`` ends (ms of the call): a replay skips by position.
+    finals_end_ms: int | None = None
     checkpointed_finals_through: int = -1
     # Finals published, and finals suppressed by a guard, for the session by every owner so far
     # (checkpointed with the finals); None when restored from a checkpoint written before the
@@ -51,6 +53,10 @@ class PartitionProgress:
     next_offset: int = -1
     handled_through: int = -1
     checkpointed_handled_through: int = -1
+    # The committed offset its last committed partition checkpoint records (restored, or
+    # written), and the one the commit in progress stages (None: not known, or none yet).
+    checkpointed_offset: int | None = None
+    staged_offset: int | None = None
     sessions: dict[SessionKey, SessionProgress] = field(default_factory=dict)
 
     def consumed(self, offset: int) -> None:

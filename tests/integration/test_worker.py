@@ -152,13 +152,24 @@ def test_kill_9_mid_call_loses_and_duplicates_no_final(
             60,
         )
         assert any(e["source"] == "w-a" for e in started), first.log()
-        time.sleep(3)  # mid-call: its sessions are open, some utterances finalized
+        # Mid-call, once the victim has committed a final of a call it owns: the survivor must
+        # skip what is committed and redo what is not (a fixed wait could kill it before any).
+        committed_final = read_topic(
+            topics.bootstrap_servers,
+            _topic(topics, "asr.finals"),
+            lambda finals: any(f["call_id"] in victims for f in finals),
+            120,
+        )
+        assert any(f["call_id"] in victims for f in committed_final), first.log()
         first.kill()
         publisher.join()
         events = read_topic(
             topics.bootstrap_servers, _topic(topics, "asr.events"), sessions_ended(6), 300
         )
         assert sum(e["type"] == "session_ended" for e in events) >= 6, second.log()
+        # The survivor ended the victim's calls.
+        ended_by = {e["call_id"]: e["source"] for e in events if e["type"] == "session_ended"}
+        assert {ended_by[call] for call in victims} == {"w-b"}, second.log()
     finally:
         first.stop_quietly()
         second.stop_quietly()
@@ -821,6 +832,9 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
         ):
             assert time.monotonic() < deadline_s, worker.log()
             time.sleep(0.5)
+        before_signal = committed_offsets(
+            topics.bootstrap_servers, group_id, audio_topic, PARTITIONS
+        )
         exit_s = worker.terminate()
         publisher.join()
     finally:
@@ -829,7 +843,13 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     assert worker.process.returncode == 0, worker.log()
     assert exit_s < 10 + 2
     offsets = committed_offsets(topics.bootstrap_servers, group_id, audio_topic, PARTITIONS)
-    assert any(offset > 0 for offset in offsets), worker.log()
+    assert all(after >= before for after, before in zip(offsets, before_signal, strict=True))
+    # The last commit's checkpoints record the offsets it committed (0026): what a next owner
+    # restores agrees with where it resumes.
+    partition = kafka_partition(calls[0].call_id, PARTITIONS)
+    recorded = _recorded_offsets(topics, partition)
+    assert recorded, "no partition checkpoint"
+    assert recorded[-1] == offsets[partition], worker.log()
     events = read_topic(
         topics.bootstrap_servers,
         _topic(topics, "asr.events"),
@@ -842,6 +862,19 @@ def test_sigterm_exits_within_its_bound_with_offsets_committed(
     assert kinds.index("partitions_revoked") < kinds.index("worker_stopped")
     revoked = next(e for e in events if e["type"] == "partitions_revoked")
     assert revoked["detail"]["partitions"] == list(range(PARTITIONS))
+
+
+def _recorded_offsets(topics: Any, partition: int) -> list[int | None]:
+    """The committed offsets the partition checkpoints of ``partition`` recorded, in order."""
+    from pipeline.runtime.checkpoint_reader import read_checkpoints
+    from pipeline.worker.checkpoint import PartitionCheckpoint
+
+    found = read_checkpoints(topics, _topic(topics, "asr.checkpoints"), [partition], worker_id="t")
+    return [
+        record.committed_offset
+        for record in found.get(partition, [])
+        if isinstance(record, PartitionCheckpoint)
+    ]
 
 
 @pytest.fixture
@@ -878,8 +911,10 @@ def own_broker(tmp_path: Path) -> Any:
 
 
 def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) -> None:
-    """The only broker goes away for a few seconds while calls stream; the worker rides it out:
-    every final exactly once, equal to the embedded engine's."""
+    """The only broker goes away for longer than the transaction timeout (10 s) while calls
+    stream; the worker rides it out: its commits fail and are retried or rewound (the old
+    worker retried for 120 s, was fenced by the broker's abort of its transaction and exited),
+    and every final comes exactly once, equal to the embedded engine's."""
     settings, broker = own_broker
     group_id = "restart-test.asr"
     calls = load_calls(CALLS, prefix="restart-")
@@ -894,13 +929,19 @@ def test_broker_restart_mid_call_loses_nothing(own_broker: Any, tmp_path: Path) 
         publisher = Publisher(settings, calls, speed=2.0).start()
         time.sleep(5)
         broker("down")
-        time.sleep(3)
+        time.sleep(12)
         broker("up")
         publisher.join()
         events = read_topic(
             settings.bootstrap_servers, _topic(settings, "asr.events"), sessions_ended(4), 300
         )
         assert sum(e["type"] == "session_ended" for e in events) >= 4, worker.log()
+        assert worker.process is not None
+        assert worker.process.poll() is None, worker.log()  # still running
+        log = worker.log_path.read_text(errors="replace")
+        assert any(
+            line in log for line in ("retrying after a retriable Kafka error", "transaction failed")
+        ), "no commit met the outage: " + worker.log()
     finally:
         worker.stop_quietly()
     finals = read_topic(

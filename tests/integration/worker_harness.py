@@ -19,12 +19,8 @@ import orjson
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline.asr.engine import StreamingEngine
-from pipeline.asr.factory import build_engine
-from pipeline.asr.session import SessionKey
+from bench.embedded import embedded_finals as engine_finals
 from pipeline.audio.files import CallAudio, read_call_audio
-from pipeline.clock import ManualClock
-from pipeline.contracts.messages import Final
 from pipeline.producer import AudioPublisher
 from pipeline.settings import AsrSettings, KafkaSettings, Settings
 
@@ -276,33 +272,7 @@ def committed_offsets(bootstrap: str, group_id: str, topic: str, partitions: int
 
 def embedded_finals(calls: list[CallAudio], asr: AsrSettings | None = None) -> dict[str, str]:
     """utterance_id → text from the engine fed the same 20 ms chunks, without Kafka."""
-    loaded = build_engine(asr or AsrSettings(threads=1), ManualClock())
-    engine: StreamingEngine = loaded.engine
-    finals: dict[str, str] = {}
-    longest_ms = max(call.duration_ms for call in calls)
-    for position_ms in range(0, longest_ms + CHUNK_MS, CHUNK_MS):
-        for call in calls:
-            rate = call.sample_rate_hz
-            first, last = position_ms * rate // 1000, (position_ms + CHUNK_MS) * rate // 1000
-            for channel, samples in call.channels.items():
-                if first < len(samples):
-                    engine.accept(
-                        SessionKey(call.call_id, channel),
-                        samples[first:last],
-                        rate,
-                        end_of_stream=last >= len(samples),
-                    )
-        if position_ms % 500 == 0:
-            _collect(engine.step(), finals)
-    while engine.sessions:
-        _collect(engine.step(), finals)
-    return finals
-
-
-def _collect(outputs: list[Any], finals: dict[str, str]) -> None:
-    for output in outputs:
-        if isinstance(output, Final):
-            finals[output.utterance_id] = output.text
+    return engine_finals({call.call_id: call for call in calls}, asr)
 
 
 def kafka_partition(key: str, partitions: int) -> int:

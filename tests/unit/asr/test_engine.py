@@ -570,6 +570,78 @@ def test_one_step_serves_every_due_session_in_bounded_batches() -> None:
     assert engine.pending_jobs() == 0
 
 
+class _FailsOnBatch(FakeRecognizer):
+    """Raises (as a CUDA out-of-memory error would) on its ``failing``-th call, once."""
+
+    def __init__(self, failing: int) -> None:
+        super().__init__()
+        self.failing = failing
+
+    def recognize(self, requests: Sequence[RecognitionRequest]) -> list[Recognition]:
+        if len(self.calls) + 1 == self.failing:
+            self.failing = 0
+            self.calls.append(())
+            raise RuntimeError("CUDA out of memory")
+        return super().recognize(requests)
+
+
+def test_a_step_that_fails_on_a_later_batch_hands_out_nothing_and_keeps_every_job_due() -> None:
+    # The first batch's finals must not be marked done when the step raises before returning
+    # them: the caller never got them, so the next step must decode them again.
+    engine, _ = make_engine(_FailsOnBatch(failing=2), max_batch=1)
+    keys = [SessionKey(f"call-{i}", "mono") for i in range(2)]
+    for key in keys:
+        engine.accept(key, signal(10, 40, 30), RATE_HZ)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        engine.step()
+    assert engine.pending_finals() == 2
+    assert all(engine.sessions[key].finals_through == -1 for key in keys)
+    outputs = engine.step()
+    assert {(f.call_id, f.utterance_index) for f in finals(outputs)} == {
+        ("call-0", 0),
+        ("call-1", 0),
+    }
+
+
+def _drifted_engine(trailing_silence_ms: int) -> StreamingEngine:
+    config = EngineConfig(
+        hop_ms=500,
+        min_decode_ms=500,
+        endpoint=EndpointConfig(trailing_silence_ms=trailing_silence_ms, speech_pad_ms=PAD_MS),
+        emit_partials=False,
+    )
+    return StreamingEngine(FakeRecognizer(), EnergyVad(), config, ManualClock(EMIT_MS))
+
+
+def test_a_replay_that_segments_finalized_audio_differently_skips_it_by_position() -> None:
+    # The takeover's VAD (another device, a new version) cuts the first, finalized utterance in
+    # two: skipping by index, its second half took index 1, the next utterance (finalized too)
+    # was published again as 2 and everything after was renumbered. By position, the replay
+    # emits only what comes after the finalized audio, numbered after the last final.
+    audio = signal(10, 40, 22, 40, 30, 40, 30, 40, 30)  # the first utterance holds a 0.7 s dip
+    live = finals(run(_drifted_engine(800), audio))
+    assert [f.utterance_index for f in live] == [0, 1, 2]
+    replay = _drifted_engine(500)  # hears the dip as an endpoint
+    assert len(finals(run(_drifted_engine(500), audio))) == 4
+    replay.expect(KEY, 1, finals_end_ms=live[1].end_ms)
+    replayed = finals(run(replay, audio))
+    assert [(f.utterance_index, f.start_ms, f.end_ms) for f in replayed] == [
+        (2, live[2].start_ms, live[2].end_ms)
+    ]
+
+
+def test_a_replayed_utterance_straddling_the_finalized_audio_keeps_only_what_follows() -> None:
+    # A VAD that drifted ends the finalized utterance later: only the part after the
+    # finalized audio is left, shorter than a blip here, so nothing is emitted again.
+    audio = signal(10, 40, 30, 40, 30)
+    live = finals(run(_drifted_engine(800), audio))
+    replay = _drifted_engine(800)
+    replay.expect(KEY, 0, finals_end_ms=live[0].end_ms - 64)  # the replay's cut is 64 ms later
+    replayed = finals(run(replay, audio))
+    assert [f.utterance_index for f in replayed] == [1]
+    assert replayed[0].start_ms == live[1].start_ms
+
+
 def test_max_jobs_bounds_a_step_and_leaves_the_rest_due() -> None:
     engine, fake = make_engine(max_batch=2)
     keys = [SessionKey(f"call-{i}", "mono") for i in range(3)]

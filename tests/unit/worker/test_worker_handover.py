@@ -293,10 +293,11 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
 class _OffsetsProducer(_Producer):
     def __init__(self) -> None:
         super().__init__()
-        self.offsets: list[TopicPartition] = []
+        self.sent_offsets: list[TopicPartition] = []
 
     def send_offsets_to_transaction(self, offsets: Any, *_: Any) -> None:
-        self.offsets += offsets
+        self.sent_offsets += offsets
+        super().send_offsets_to_transaction(offsets)
 
 
 class _HeldBackCheckpoints:
@@ -347,7 +348,7 @@ def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_a
     worker._iteration()
     assert len(consumer.queues[1]) == 5  # nothing of it fetched
     worker._shutdown()
-    assert {tp.partition for tp in producer.offsets} <= {0}
+    assert {tp.partition for tp in producer.sent_offsets} <= {0}
     assert "partitions_assigned" not in _types(producer)
     # The leave revokes both; only the owned one is news.
     worker._on_revoke(consumer, [TopicPartition("audio.chunks", p) for p in (0, 1)])

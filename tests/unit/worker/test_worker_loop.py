@@ -89,9 +89,15 @@ class _Producer:
     def __init__(self) -> None:
         self.committed: list[tuple[str, bytes | None, bytes | None, Any]] = []
         self._open: list[tuple[str, bytes | None, bytes | None, Any]] = []
+        # The group's committed offsets (partition → offset), as the consumer offsets topic
+        # holds them: those sent in a transaction count once it commits.
+        self.offsets: dict[int, int] = {}
+        self._open_offsets: dict[int, int] = {}
+        self.aborts = 0
 
     def begin_transaction(self) -> None:
         self._open = []
+        self._open_offsets = {}
 
     def produce(
         self,
@@ -103,11 +109,17 @@ class _Producer:
     ) -> None:
         self._open.append((topic, key, value, headers))
 
-    def send_offsets_to_transaction(self, *_: Any) -> None:
-        pass
+    def send_offsets_to_transaction(self, offsets: Any, *_: Any) -> None:
+        self._open_offsets = {tp.partition: tp.offset for tp in offsets}
 
     def commit_transaction(self, *_: Any) -> None:
         self.committed += self._open
+        self.offsets.update(self._open_offsets)
+        self._open, self._open_offsets = [], {}
+
+    def abort_transaction(self, *_: Any) -> None:
+        self._open, self._open_offsets = [], {}
+        self.aborts += 1
 
     def poll(self, *_: Any) -> int:
         self.polls = getattr(self, "polls", 0) + 1
@@ -117,10 +129,14 @@ class _Producer:
 class _Consumer:
     """Hands out ``queue`` in poll batches, nothing while paused."""
 
-    def __init__(self) -> None:
+    def __init__(self, offsets: dict[int, int] | None = None) -> None:
         self.queue: list[_Message] = []
         self.paused = False
         self.pauses = 0
+        self.offsets = offsets if offsets is not None else {}  # the group's committed offsets
+        self.assigned_offsets: list[tuple[int, int]] = []
+        self.sought: list[tuple[int, int]] = []
+        self.closed = False
 
     def consume(self, num_messages: int = 1, timeout: float = 0) -> list[_Message]:
         if self.paused:
@@ -137,6 +153,21 @@ class _Consumer:
 
     def consumer_group_metadata(self) -> object:
         return object()
+
+    def committed(self, partitions: Any, timeout: float = 0) -> list[TopicPartition]:
+        return [
+            TopicPartition(tp.topic, tp.partition, self.offsets.get(tp.partition, -1001))
+            for tp in partitions
+        ]
+
+    def incremental_assign(self, partitions: Any) -> None:
+        self.assigned_offsets += [(tp.partition, tp.offset) for tp in partitions]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.sought.append((tp.partition, tp.offset))
+
+    def close(self) -> None:
+        self.closed = True
 
     def get_watermark_offsets(self, *_: Any, **__: Any) -> tuple[int, int]:
         return 0, 0
@@ -179,18 +210,24 @@ def _takeover(
     clock: ManualClock, dead: _Producer, vad: Any = None, **worker: Any
 ) -> tuple[AsrWorker, _Producer]:
     """A second worker that restores partition 0 from what ``dead`` committed."""
+    survivor, producer = _worker(clock, vad, **worker)
+    survivor._consumer.offsets = dead.offsets
+    survivor._read_checkpoints = lambda partitions: _committed_checkpoints(dead)  # type: ignore[method-assign]
+    survivor._forget([0])
+    survivor._restore([0])
+    return survivor, producer
+
+
+def _committed_checkpoints(producer: _Producer) -> dict[int, list[Any]]:
+    """What a checkpoint read of partition 0 finds in what ``producer`` committed."""
     latest: dict[bytes, Any] = {}
-    for topic, key, value, _ in dead.committed:
+    for topic, key, value, _ in producer.committed:
         if "checkpoints" in topic and key is not None:
             if value is None:
                 latest.pop(key, None)
             else:
                 latest[key] = decode_checkpoint(key, value)
-    survivor, producer = _worker(clock, vad, **worker)
-    survivor._read_checkpoints = lambda partitions: {0: list(latest.values())}  # type: ignore[method-assign]
-    survivor._forget([0])
-    survivor._restore([0])
-    return survivor, producer
+    return {0: list(latest.values())}
 
 
 def _types(producer: _Producer) -> list[str]:
@@ -602,6 +639,51 @@ def test_chunks_handled_again_after_a_rewind_are_counted_once() -> None:
     assert worker.status.dead_letters == 1
 
 
+class _Hello:
+    model_id = "hello"
+
+    def recognize(self, requests: Any) -> list[Recognition]:
+        return [Recognition((), "hello there", -0.1, 0.0, 1.0) for _ in requests]
+
+
+class _FailingSecond(_Producer):
+    """Its second commit fails (a retriable error); the others pass."""
+
+    def commit_transaction(self, *_: Any) -> None:
+        self.commits = getattr(self, "commits", 0) + 1
+        if self.commits == 2:
+            raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "lost", retriable=False))
+        super().commit_transaction()
+
+
+def test_a_rewind_restores_the_committed_checkpoints_and_resumes_at_their_offset() -> None:
+    # Review finding: the rewind tests faked empty checkpoints. Here the first commit holds a
+    # final, a snapshot and its offset; the second fails, and the rewind must resume from
+    # exactly those: the second utterance is published once, the first not again.
+    clock = ManualClock(1_000_000)
+    worker, _ = _worker(clock, EnergyVad())
+    worker._engine._recognizer = _Hello()  # type: ignore[assignment]
+    worker._tx = producer = _FailingSecond()
+    worker._consumer.offsets = producer.offsets
+    worker._read_checkpoints = lambda partitions: _committed_checkpoints(producer)  # type: ignore[method-assign]
+
+    def utterance(first: int) -> list[_Message]:
+        return [_chunk("c1", s, s, loud=s < first + 50) for s in range(first, first + 110)]
+
+    _run(worker, utterance(0))
+    committed = producer.offsets[0]
+    assert committed > 0
+    _run(worker, utterance(110))  # its commit fails: the worker rewinds
+    assert worker._consumer.sought == [(0, committed)]
+    _run(worker, [m for m in [*utterance(0), *utterance(110)] if m.offset() >= committed])
+    finals = [
+        orjson.loads(value)["utterance_index"]
+        for topic, _, value, _ in producer.committed
+        if "finals" in topic
+    ]
+    assert finals == [0, 1]
+
+
 def test_a_recovery_longer_than_the_stall_limit_is_no_stall_while_its_calls_return(
     monkeypatch: Any,
 ) -> None:
@@ -661,7 +743,9 @@ def test_after_sigterm_every_kafka_call_gets_only_what_is_left_of_the_shutdown_b
     worker._consumer.close = lambda: None
     _run(worker, [_chunk("c1", seq, seq) for seq in range(3)])
     assert producer.timeouts
-    assert min(producer.timeouts) >= 30  # while running: the full 30 s
+    # While running: what is left of the commit's budget, a second short of the broker's
+    # transaction timeout (10 s), so a commit never outlives its own transaction.
+    assert 8 < min(producer.timeouts) <= max(producer.timeouts) <= 9
     producer.timeouts.clear()
     worker.stop()
     worker._handle(_chunk("c1", 3, 3))
