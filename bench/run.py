@@ -82,6 +82,12 @@ BENCHMARKS = (
     Benchmark(
         "e2e", "end to end through Kafka; kill -9 recovery", needs_kafka=True, args=TWO_THREADS
     ),
+    Benchmark(
+        "chaos",
+        "finals through frozen, killed, restarted workers and broker (own broker), 3 x 10 min",
+        in_quick=False,
+        args=("--runs", "3"),
+    ),
     Benchmark("hotwords", "hotword biasing: recall, false insertions, cost", needs_redis=True),
     Benchmark("hotword_catalog", "hotword lists at scale: what a list change costs a worker"),
     Benchmark("denoise", "RNNoise before the engine: WER with and without, cost", in_quick=False),

@@ -1,0 +1,48 @@
+"""The nemesis benchmark's pure parts: the fault plan and the verdict on the finals."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from bench.chaos import ACTIONS, BROKER_DOWN_S, FREEZE_S, GAP_S, plan_faults, verdict
+
+
+def test_a_plan_is_seeded_spaced_and_uses_every_action() -> None:
+    plan = plan_faults(random.Random(7), 600, ["w-1", "w-2", "w-3"])
+    assert plan == plan_faults(random.Random(7), 600, ["w-1", "w-2", "w-3"])
+    assert {fault.action for fault in plan} == set(ACTIONS)
+    gaps = [b.at_s - a.at_s for a, b in itertools.pairwise(plan)]
+    assert min(gaps) >= GAP_S[0] - 0.01
+    assert max(gaps) <= GAP_S[1] + 0.01
+    assert plan[-1].at_s < 600
+    for fault in plan:
+        assert (fault.worker is None) == (fault.action == "broker")
+        if fault.action == "freeze":
+            assert FREEZE_S[0] <= fault.hold_s <= FREEZE_S[1]
+        if fault.action == "broker":
+            assert BROKER_DOWN_S[0] <= fault.hold_s <= BROKER_DOWN_S[1]
+        assert bool(fault.armed) == (fault.action == "armed")
+
+
+def test_a_plan_without_broker_restarts_has_none() -> None:
+    plan = plan_faults(random.Random(1), 600, ["w-1"], broker=False)
+    assert "broker" not in {fault.action for fault in plan}
+
+
+def test_the_verdict_names_lost_duplicated_renumbered_and_changed_finals() -> None:
+    expected = {"c:agent:0": "hello", "c:agent:1": "world", "c:agent:2": "bye"}
+    finals = [
+        {"utterance_id": "c:agent:0", "text": "hello"},
+        {"utterance_id": "c:agent:0", "text": "hello"},
+        {"utterance_id": "c:agent:1", "text": "word"},
+        {"utterance_id": "c:agent:3", "text": "bye"},
+    ]
+    assert verdict(expected, finals) == {
+        "expected": 3,
+        "published": 4,
+        "lost": ["c:agent:2"],
+        "duplicated": ["c:agent:0"],
+        "renumbered": ["c:agent:3"],
+        "text_differs": ["c:agent:1"],
+    }
