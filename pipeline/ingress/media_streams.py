@@ -67,10 +67,12 @@ class TwilioStop:
 
 @dataclass(frozen=True, slots=True)
 class TwilioUnused:
-    """``connected``, ``mark``, ``dtmf`` (``digit`` kept for the notice) or an unknown event."""
+    """``connected``, ``mark``, ``dtmf`` (``digit`` and ``track`` kept for the notice) or an
+    unknown event."""
 
     event: str
     digit: str = ""
+    track: str = ""
 
 
 TwilioMessage = TwilioStart | TwilioMedia | TwilioStop | TwilioUnused
@@ -110,7 +112,10 @@ def parse_twilio(text: str | bytes) -> TwilioMessage | Rejected:
     if event == "dtmf":
         dtmf = message.get("dtmf")
         digit = dtmf.get("digit") if isinstance(dtmf, dict) else None
-        return TwilioUnused("dtmf", digit if isinstance(digit, str) else "")
+        track = dtmf.get("track") if isinstance(dtmf, dict) else None
+        return TwilioUnused(
+            "dtmf", digit if isinstance(digit, str) else "", track if isinstance(track, str) else ""
+        )
     if isinstance(event, str):
         return TwilioUnused(event)
     return Rejected(RejectReason.BAD_MESSAGE, "no event")

@@ -452,14 +452,16 @@ class IngressGateway:
             self._dtmf(live, channel, received.dtmf, kind)
 
     def _dtmf(self, live: _LiveCall, channel: str, event: TelephoneEvent, kind: str) -> None:
+        duration_ms = event.duration_samples * 1000 // live.sample_rate_hz
+        self._dtmf_notice(live, channel, event.digit, duration_ms, kind)
+
+    def _dtmf_notice(
+        self, live: _LiveCall, channel: str, digit: str, duration_ms: int, kind: str
+    ) -> None:
+        """Count a key press and hand its notice to ``on_dtmf`` (never to audio.chunks)."""
         self.metrics.dtmf_events.labels(kind).inc()
-        notice = DtmfNotice(
-            live.call.call_id,
-            channel,
-            event.digit,
-            live.samples_out[channel] * 1000 // live.sample_rate_hz,
-            event.duration_samples * 1000 // live.sample_rate_hz,
-        )
+        offset_ms = live.samples_out[channel] * 1000 // live.sample_rate_hz
+        notice = DtmfNotice(live.call.call_id, channel, digit, offset_ms, duration_ms)
         if self._on_dtmf is not None:
             self._on_dtmf(notice)
 
@@ -516,7 +518,10 @@ class IngressGateway:
         )
         if isinstance(opened, Rejected):
             self._reject(opened, "POST /v1/calls")
-            status = 503 if opened.reason is RejectReason.CALL_LIMIT else 409
+            if opened.reason is RejectReason.CALL_LIMIT:
+                status = 503
+            else:
+                status = 409 if call_id in self._live else 400
             return web.Response(status=status, text=opened.detail)
         try:
             ports = await self._bind_ports(opened, specs)
@@ -756,8 +761,10 @@ class _TwilioSession(_StreamSession):
             return self._media(parsed)
         if isinstance(parsed, TwilioStop):
             return _STREAM_DONE
-        if parsed.event == "dtmf" and self.live is not None:
-            self.gateway.metrics.dtmf_events.labels("twilio").inc()
+        if parsed.event == "dtmf" and self.live is not None and parsed.digit:
+            track = parsed.track.removesuffix("_track")
+            label = self._channels.get(track, next(iter(self._channels.values())))
+            self.gateway._dtmf_notice(self.live, label, parsed.digit, 0, "twilio")
         return None
 
     def _start(self, start: TwilioStart) -> _Refusal | None:

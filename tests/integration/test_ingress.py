@@ -28,7 +28,7 @@ from confluent_kafka import Consumer
 from pipeline.contracts import AudioChunk, Encoding, decode_chunk
 from pipeline.contracts.g711 import mulaw_decode, mulaw_encode
 from pipeline.ingress.metrics import IngressMetrics
-from pipeline.ingress.server import IngressGateway, TimedTransport
+from pipeline.ingress.server import DtmfNotice, IngressGateway, TimedTransport
 from pipeline.producer.kafka import KafkaTransport, producer_config
 from pipeline.producer.publisher import AudioPublisher
 from pipeline.settings import IngressSettings, KafkaSettings, PublisherSettings
@@ -65,6 +65,7 @@ class RunningGateway:
             }
         )
         self.metrics = IngressMetrics()
+        self.notices: list[DtmfNotice] = []
         self._kafka = kafka
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -81,7 +82,9 @@ class RunningGateway:
             topic=topic_name(TopicRole.AUDIO_CHUNKS, self._kafka.topic_prefix),
             chunk_ms=RECORD_MS,
         )
-        gateway = IngressGateway(self.settings, publisher, metrics=self.metrics)
+        gateway = IngressGateway(
+            self.settings, publisher, metrics=self.metrics, on_dtmf=self.notices.append
+        )
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         await gateway.start()
@@ -516,6 +519,10 @@ def test_twilio_media_streams_become_two_aligned_channels_and_bad_streams_are_cl
     assert agent[160 * 10 : 160 * 20] == b"\xff" * 1600
     assert agent[160 * 20 :] == audio[160 * 20 :]
     assert gateway.metric("ingress_dtmf_events_total", transport="twilio") == 1
+    # The key press is a notice beside the audio (at 620 ms of the caller's channel), not audio.
+    assert [(n.call_id, n.channel, n.digit, n.offset_ms) for n in gateway.notices] == [
+        ("CAgood", "customer", "5", 620)
+    ]
     # A bad stream opened its call (CAbad64, CAbig) and ended it: end-of-stream, no audio.
     for call_id in ("CAbad64", "CAbig"):
         ended = consume_call(topics, call_id, 2)
@@ -620,3 +627,54 @@ def test_sigterm_ends_every_open_call_with_end_of_stream(topics: KafkaSettings) 
     assert chunks["customer"][-1].end_of_stream
     assert b"".join(bytes(c.payload) for c in chunks["agent"]) == TONE[:160] * 10
     assert [bytes(c.payload) for c in chunks["customer"]] == [b""]
+
+
+def test_a_leg_that_joins_late_is_put_on_the_call_timeline_with_leading_silence(
+    gateway: RunningGateway, topics: KafkaSettings
+) -> None:
+    """Both legs carry the same speech, sent by one paced loop; the customer leg starts at
+    packet 50 (1 s in). On the published timelines the two must coincide."""
+    import socket
+    import time
+
+    speech, _ = soundfile.read(str(UTTERANCE_8K), dtype="int16")
+    audio = mulaw_encode(speech[: 160 * 150]).tobytes()  # 3 s
+    ports = gateway.allocate("call-late", ["agent", "customer"], codec="PCMU")
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        started = time.monotonic()
+        for index in range(150):
+            # Absolute deadlines: the RTP clock and the wall clock stay together.
+            delay = started + index * PACKET_MS / 1000 - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            packet = audio[160 * index : 160 * (index + 1)]
+            sender.sendto(rtp_packet(index, 160 * index, packet), ("127.0.0.1", ports["agent"]))
+            if index >= 50:
+                customer = rtp_packet(index - 50, 160 * (index - 50), packet, ssrc=0x99)
+                sender.sendto(customer, ("127.0.0.1", ports["customer"]))
+    gateway.wait_for("ingress_rtp_packets_total", 150 + 100)
+    gateway.request("DELETE", "/v1/calls/call-late")
+    chunks = consume_call(topics, "call-late", 2)
+    agent, customer = pcm_of(chunks["agent"]), pcm_of(chunks["customer"])
+    assert len(agent) == len(audio)
+    lead_in = len(customer) - 100 * 160
+    assert abs(lead_in - 50 * 160) <= 160, lead_in  # 1 s, within one packet (20 ms)
+    lag = best_lag_samples(customer, agent, window=400)
+    assert abs(lag) <= 160, lag
+    assert gateway.metric("ingress_gap_filled_seconds_total", transport="rtp") >= 0.98
+
+
+def test_an_idle_call_ends_with_end_of_stream(topics: KafkaSettings) -> None:
+    import socket
+
+    with RunningGateway(topics, idle_timeout_ms=300) as gateway:
+        ports = gateway.allocate("call-idle", ["mono"], codec="PCMA")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            for index in range(5):
+                packet = rtp_packet(index, 160 * index, b"\x55" * 160, pt=8)
+                sender.sendto(packet, ("127.0.0.1", ports["mono"]))
+        chunks = consume_call(topics, "call-idle", 1)["mono"]  # nobody said the call ended
+        assert chunks[0].encoding is Encoding.ALAW
+        assert b"".join(bytes(c.payload) for c in chunks) == b"\x55" * 800
+        assert gateway.request("GET", "/v1/calls") == (200, {"calls": []})
+        assert gateway.metric("ingress_calls_open", transport="rtp") == 0

@@ -58,7 +58,8 @@ def test_media_stop_and_other_events_parse() -> None:
     payload = base64.b64encode(b"\xff\x7f").decode()
     assert parse_twilio(media(payload)) == TwilioMedia("inbound", 40, b"\xff\x7f")
     assert parse_twilio('{"event": "stop", "stop": {"callSid": "CA1"}}') == TwilioStop("CA1")
-    assert parse_twilio('{"event": "dtmf", "dtmf": {"digit": "7"}}') == TwilioUnused("dtmf", "7")
+    dtmf = '{"event": "dtmf", "dtmf": {"track": "inbound_track", "digit": "7"}}'
+    assert parse_twilio(dtmf) == TwilioUnused("dtmf", "7", "inbound_track")
     assert parse_twilio('{"event": "connected"}') == TwilioUnused("connected")
 
 
