@@ -216,6 +216,15 @@ def best_lag_samples(published: np.ndarray, reference: np.ndarray, window: int) 
     return best
 
 
+def channel_text(finals: dict[str, str], call_id: str, channel: str) -> str:
+    """The finals (utterance id → text) of one channel, joined in utterance order."""
+    prefix = f"{call_id}:{channel}:"
+    picked = sorted(
+        (int(k.removeprefix(prefix)), v) for k, v in finals.items() if k.startswith(prefix)
+    )
+    return " ".join(text for _, text in picked)
+
+
 def gst_send(path: Path, ports: dict[int, int], netsim: str = "") -> None:
     """GStreamer sends ``path`` in real time as PCMU RTP, file channel i → ``ports[i]``."""
     branches = []
@@ -293,7 +302,8 @@ def test_loss_duplication_and_reordering_keep_the_timeline(
     assert best_lag_samples(published, reference_pcm, window=800) == 0
     lost = gateway.metric("ingress_rtp_packets_lost_total")
     assert lost <= 0.15 * file_ms(UTTERANCE_8K) / PACKET_MS
-    assert gateway.metric("ingress_gap_filled_seconds_total", transport="rtp") >= lost * 0.02
+    filled_s = gateway.metric("ingress_gap_filled_seconds_total", transport="rtp")
+    assert filled_s >= lost * PACKET_MS / 1000 - 1e-9  # each lost packet, as silence
 
 
 def test_l16_from_ffmpeg_arrives_big_endian_and_is_published_little_endian(
@@ -678,3 +688,59 @@ def test_an_idle_call_ends_with_end_of_stream(topics: KafkaSettings) -> None:
         assert b"".join(bytes(c.payload) for c in chunks) == b"\x55" * 800
         assert gateway.request("GET", "/v1/calls") == (200, {"calls": []})
         assert gateway.metric("ingress_calls_open", transport="rtp") == 0
+
+
+def test_a_call_through_the_gateway_is_transcribed_as_the_file_is(
+    topics: KafkaSettings, redis_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GStreamer → RTP → gateway → audio.chunks → a real ASR worker: the finals of each channel
+    against the fixture's reference text and against the engine fed the file itself (what
+    `streamscribe transcribe` does). G.711 is lossy, so the two may differ by a few words."""
+    from pipeline.evaluation.wer import word_error_rate
+    from tests.integration.worker_harness import (
+        WorkerProcess,
+        embedded_finals,
+        load_calls,
+        read_topic,
+        sessions_ended,
+        wait_for_owners,
+        worker_env,
+    )
+
+    monkeypatch.setenv("STREAMSCRIBE_REDIS_URL", redis_url)
+    calls = load_calls(["calls/call02_delivery_8k.flac"], prefix=topics.topic_prefix)
+    call_id = calls[0].call_id
+    events_topic = f"{topics.topic_prefix}asr.events"
+    group = f"{topics.topic_prefix}asr"
+    worker = WorkerProcess("w-ingress", worker_env(topics, group), tmp_path / "w.log").start()
+    try:
+        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-ingress",), 12, 180)
+        with RunningGateway(topics) as gateway:
+            ports = gateway.allocate(call_id, ["agent", "customer"], codec="PCMU")
+            gst_send(CALL_8K, {0: ports["agent"], 1: ports["customer"]})
+            gateway.request("DELETE", f"/v1/calls/{call_id}")
+        events = read_topic(topics.bootstrap_servers, events_topic, sessions_ended(2), 240)
+        assert sum(e["type"] == "session_ended" for e in events) == 2, worker.log()
+    finally:
+        worker.stop_quietly()
+    finals = read_topic(
+        topics.bootstrap_servers, f"{topics.topic_prefix}asr.finals", lambda r: False, 5
+    )
+    ids = [final["utterance_id"] for final in finals]
+    assert len(ids) == len(set(ids)), "no final twice"
+    embedded = embedded_finals(calls)
+    manifest = json.loads((FIXTURES / "manifest.json").read_text())
+    entry = next(f for f in manifest["files"] if f["id"] == "call02_delivery_8k")
+    for channel_map in entry["channel_map"]:
+        channel = channel_map["label"]
+
+        through_gateway = channel_text(
+            {f["utterance_id"]: f["text"] for f in finals}, call_id, channel
+        )
+        from_file = channel_text(embedded, call_id, channel)
+        # The issue's target, against the reference text: no worse than the file itself by
+        # more than 1 WER point. (Measured: agent 0 % both ways; customer 13 % through the
+        # gateway against 26 % from the file, whose engine run loses one sentence.)
+        gateway_wer = word_error_rate(channel_map["text"], through_gateway)
+        file_wer = word_error_rate(channel_map["text"], from_file)
+        assert gateway_wer <= file_wer + 0.01, (channel, through_gateway, from_file)
