@@ -14,6 +14,7 @@ Time comes in as arrival times (epoch ms) from the caller.
 from __future__ import annotations
 
 import ipaddress
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -41,6 +42,9 @@ __all__ = [
 ]
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_ENDED_EVENTS_REMEMBERED = 16
+"""Telephone events whose end was seen (by start timestamp): their repeated end packets make no
+second notice. A few suffice: the repeats follow within milliseconds."""
 _SILENCE = {Encoding.MULAW: b"\xff", Encoding.ALAW: b"\xd5", Encoding.PCM_S16LE: b"\x00\x00"}
 
 
@@ -137,7 +141,7 @@ class RtpReceiver:
         self._ssrc: int | None = None
         self._candidate: tuple[int, int, int, bytes | None, int] | None = None
         self._payload_type = spec.payload_type or spec.codec.static_payload_type
-        self._ended_events: set[int] = set()
+        self._ended_events: deque[int] = deque(maxlen=_ENDED_EVENTS_REMEMBERED)
 
     @property
     def jitter_ms(self) -> float:
@@ -159,7 +163,7 @@ class RtpReceiver:
             if isinstance(event, Rejected):
                 return Received(rejected=event)
             if event.end and packet.timestamp not in self._ended_events:
-                self._ended_events.add(packet.timestamp)
+                self._ended_events.append(packet.timestamp)
                 dtmf = event
         elif packet.payload_type == COMFORT_NOISE_PAYLOAD_TYPE:
             pass  # its span is filled with silence by the next audio packet's timestamp
