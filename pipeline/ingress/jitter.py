@@ -177,7 +177,8 @@ class JitterBuffer:
         self, ext: int, timestamp: int, audio: bytes | None, arrival_ms: int, discontinuity: bool
     ) -> Release:
         self._waiting[ext] = _Waiting(timestamp, audio, arrival_ms)
-        self._update_jitter(timestamp, arrival_ms)
+        if audio is not None:  # an event's packets repeat its start time: no transit to measure
+            self._update_jitter(timestamp, arrival_ms)
         self._last_arrival_ms = max(self._last_arrival_ms, arrival_ms)
         if audio is not None:
             samples = len(audio) // self._config.bytes_per_sample

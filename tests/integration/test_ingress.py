@@ -574,6 +574,8 @@ def test_the_control_api_needs_the_token(gateway: RunningGateway) -> None:
     assert status == 400
     with urllib.request.urlopen(gateway.url + "/healthz", timeout=10) as response:
         assert response.status == 200
+    with urllib.request.urlopen(gateway.url + "/readyz", timeout=10) as response:
+        assert json.loads(response.read())["ready"] is True
     with urllib.request.urlopen(gateway.url + "/metrics", timeout=10) as response:
         assert b"ingress_rejected_total" in response.read()
 

@@ -258,3 +258,15 @@ def test_unknown_payload_types_are_refused_and_l16_takes_the_first_dynamic_one()
     odd = l16.receive(build(seq=3, payload_type=118, payload=b"\x00"), SOURCE, 0)
     assert odd.rejected is not None
     assert odd.rejected.reason is RejectReason.BAD_PAYLOAD
+
+
+def test_jitter_follows_rfc_3550_and_ignores_telephone_events() -> None:
+    buffer = JitterBuffer(config())
+    # Packets 20 ms apart on the RTP clock, arriving 20 ms apart but every other one 8 ms late.
+    for index in range(64):
+        buffer.push(index, index * SAMPLES, audio(index), 20 * index + (8 if index % 2 else 0))
+    assert 7.0 < buffer.jitter_ms <= 8.0  # J converges on |D| = 8 ms
+    steady = buffer.jitter_ms
+    for repeat in range(5):  # one key press: the same start time, arriving 50 ms apart
+        buffer.push(64 + repeat, 64 * SAMPLES, None, 1280 + 50 * repeat)
+    assert buffer.jitter_ms == steady
