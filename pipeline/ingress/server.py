@@ -328,6 +328,10 @@ class IngressGateway:
     ) -> _LiveCall | Rejected:
         if call_id in self._live:
             return Rejected(RejectReason.BAD_MESSAGE, f"call {call_id!r} is already open")
+        # The limit first: a refused call must leave no record behind (not even an end).
+        opened = self._registry.open(call_id, tenant, self._clock.now_ms())
+        if isinstance(opened, Rejected):
+            return opened
         try:
             stream = self._publisher.open_call(
                 call_id,
@@ -338,11 +342,8 @@ class IngressGateway:
                 chunk_ms=self._settings.record_ms,
             )
         except ConfigError as error:
+            self._registry.close(call_id)
             return Rejected(RejectReason.BAD_MESSAGE, str(error))
-        opened = self._registry.open(call_id, tenant, self._clock.now_ms())
-        if isinstance(opened, Rejected):
-            stream.end()  # nothing was sent: its end-of-stream records stay empty
-            return opened
         for label in channels:
             opened.add_channel(label, sample_rate_hz)
         live = _LiveCall(opened, stream, transport_kind, encoding, sample_rate_hz)
