@@ -34,6 +34,7 @@ from pipeline.producer.publisher import AudioPublisher
 from pipeline.settings import IngressSettings, KafkaSettings, PublisherSettings
 from pipeline.topics import TopicRole, topic_name
 from tests.conftest import FIXTURES
+from tests.unit.ingress.ws_client import close_code_after
 
 pytestmark = pytest.mark.integration
 
@@ -466,21 +467,12 @@ async def _twilio_session(url: str, messages: list[str]) -> int | None:
         return ws.close_code
 
 
-async def _refused(
-    url: str, frames: list[str | bytes], headers: dict[str, str] | None = None
-) -> int | None:
-    """Send ``frames``; the close code the gateway answered with."""
+async def _refused(url: str, frames: list[str | bytes]) -> int:
+    """Send ``frames`` on a stream of its own; the close code the gateway answered with."""
     import aiohttp
 
-    async with aiohttp.ClientSession() as session, session.ws_connect(url, headers=headers) as ws:
-        for frame in frames:
-            if isinstance(frame, bytes):
-                await ws.send_bytes(frame)
-            else:
-                await ws.send_str(frame)
-        message = await ws.receive()
-        assert message.type is aiohttp.WSMsgType.CLOSE, message
-        return ws.close_code
+    async with aiohttp.ClientSession() as session:
+        return await close_code_after(session, url, frames)
 
 
 def test_twilio_media_streams_become_two_aligned_channels_and_bad_streams_are_closed(

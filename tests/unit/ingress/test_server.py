@@ -17,6 +17,7 @@ import pytest
 from pipeline.ingress.server import IngressGateway
 from pipeline.producer.publisher import AudioPublisher
 from pipeline.settings import IngressSettings
+from tests.unit.ingress.ws_client import close_code_after
 from tests.unit.producer.fakes import FakeTransport
 
 TOKEN = "unit-token"
@@ -88,23 +89,12 @@ def test_the_control_api_answers_each_mistake_with_its_status() -> None:
 
 
 def test_fork_streams_that_break_the_protocol_are_closed_with_their_code() -> None:
-    async def close_code(session: aiohttp.ClientSession, url: str, frames: list[Any]) -> int:
-        async with session.ws_connect(url + f"/ws/fork?token={TOKEN}") as ws:
-            for frame in frames:
-                if isinstance(frame, bytes):
-                    await ws.send_bytes(frame)
-                else:
-                    await ws.send_str(frame)
-            message = await ws.receive()
-            assert message.type is aiohttp.WSMsgType.CLOSE
-            assert ws.close_code is not None
-            return ws.close_code
-
     async def scenario(gateway: IngressGateway, session: aiohttp.ClientSession, url: str) -> None:
-        assert await close_code(session, url, [b"\x00\x01"]) == 1002  # audio before metadata
-        assert await close_code(session, url, ['{"sampleRate": 8000}']) == 1007  # no call id
+        fork = url + f"/ws/fork?token={TOKEN}"
+        assert await close_code_after(session, fork, [b"\x00\x01"]) == 1002  # audio before metadata
+        assert await close_code_after(session, fork, ['{"sampleRate": 8000}']) == 1007  # no call id
         odd = ['{"callId": "f1", "mixType": "stereo"}', b"\x00\x01"]  # half a stereo frame
-        assert await close_code(session, url, odd) == 1003
+        assert await close_code_after(session, fork, odd) == 1003
         with pytest.raises(aiohttp.WSServerHandshakeError) as refused:  # no token
             await session.ws_connect(url + "/ws/fork")
         assert refused.value.status == 401
