@@ -738,3 +738,53 @@ def test_a_call_through_the_gateway_is_transcribed_as_the_file_is(
         gateway_wer = word_error_rate(channel_map["text"], through_gateway)
         file_wer = word_error_rate(channel_map["text"], from_file)
         assert gateway_wer <= file_wer + 0.01, (channel, through_gateway, from_file)
+
+
+def test_a_flood_of_bad_datagrams_on_one_call_leaves_another_call_whole(
+    gateway: RunningGateway, topics: KafkaSettings
+) -> None:
+    """While GStreamer streams one call, another call's port is sent 20,000 malformed
+    datagrams as fast as a thread can: the streamed call still arrives whole, in place and
+    with nothing lost, and the flooded call ends with no audio."""
+    import socket
+
+    flooded = gateway.allocate("call-flooded", ["mono"], codec="PCMU")["mono"]
+    clean = gateway.allocate("call-clean", ["mono"], codec="PCMU")["mono"]
+    stop = threading.Event()
+
+    def flood() -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            sent = 0
+            while not stop.is_set() and sent < 20_000:
+                sender.sendto(GARBAGE[sent % len(GARBAGE)], ("127.0.0.1", flooded))
+                sent += 1
+
+    flooder = threading.Thread(target=flood)
+    flooder.start()
+    try:
+        gst_send(UTTERANCE_8K, {0: clean})
+    finally:
+        stop.set()
+        flooder.join()
+    gateway.request("DELETE", "/v1/calls/call-clean")
+    gateway.request("DELETE", "/v1/calls/call-flooded")
+    chunks = consume_call(topics, "call-clean", 1)["mono"]
+    reference, _ = soundfile.read(str(UTTERANCE_8K), dtype="int16")
+    assert abs(duration_ms(chunks) - file_ms(UTTERANCE_8K)) <= CLEAN_TOLERANCE_MS
+    reference_pcm = mulaw_decode(mulaw_encode(reference)).astype(np.float64)
+    assert best_lag_samples(pcm_of(chunks), reference_pcm, window=800) == 0
+    assert gateway.metric("ingress_rtp_packets_lost_total") == 0
+    refused = sum(
+        gateway.metric("ingress_rejected_total", reason=reason)
+        for reason in (
+            "short_header",
+            "bad_version",
+            "bad_csrc",
+            "bad_extension",
+            "bad_padding",
+            "unknown_payload_type",
+        )
+    )
+    assert refused > 0
+    flooded_chunks = consume_call(topics, "call-flooded", 1)["mono"]
+    assert [bytes(c.payload) for c in flooded_chunks] == [b""]
