@@ -361,14 +361,7 @@ def test_bad_datagrams_are_refused_by_reason_and_the_call_goes_on(
         intruder.close()
     chunks = consume_call(topics, "call-bad", 1)["mono"]
     assert b"".join(bytes(c.payload) for c in chunks) == TONE
-    for reason in (
-        "short_header",
-        "bad_version",
-        "bad_csrc",
-        "bad_extension",
-        "bad_padding",
-        "unknown_payload_type",
-    ):
+    for reason in GARBAGE_REASONS:
         assert gateway.metric("ingress_rejected_total", reason=reason) == 1, reason
     assert gateway.metric("ingress_rejected_total", reason="unexpected_source") == 50
     assert gateway.metric("ingress_rtp_packets_duplicate_total") == 1
@@ -383,6 +376,15 @@ GARBAGE = (
     bytes([0xA0, 0]) + bytes(10) + b"\xff",  # padding past the packet
     rtp_packet(1, 0, bytes(160), pt=77),  # unknown payload type
 )
+GARBAGE_REASONS = (
+    "short_header",
+    "bad_version",
+    "bad_csrc",
+    "bad_extension",
+    "bad_padding",
+    "unknown_payload_type",
+)
+"""The rejection reasons of ``GARBAGE``, one each, in order."""
 
 
 def _send_bad_and_good(gateway: RunningGateway, sender: Any, intruder: Any, port: int) -> None:
@@ -775,15 +777,7 @@ def test_a_flood_of_bad_datagrams_on_one_call_leaves_another_call_whole(
     assert best_lag_samples(pcm_of(chunks), reference_pcm, window=800) == 0
     assert gateway.metric("ingress_rtp_packets_lost_total") == 0
     refused = sum(
-        gateway.metric("ingress_rejected_total", reason=reason)
-        for reason in (
-            "short_header",
-            "bad_version",
-            "bad_csrc",
-            "bad_extension",
-            "bad_padding",
-            "unknown_payload_type",
-        )
+        gateway.metric("ingress_rejected_total", reason=reason) for reason in GARBAGE_REASONS
     )
     assert refused > 0
     flooded_chunks = consume_call(topics, "call-flooded", 1)["mono"]
