@@ -235,17 +235,6 @@ class IngressGateway:
         )
         self._live: dict[str, _LiveCall] = {}
         self._reject_log = _RejectLog(settings.reject_log_interval_ms, self._clock)
-        self._jitter = {
-            encoding: JitterConfig(
-                sample_rate_hz=0,
-                bytes_per_sample=encoding.bytes_per_sample,
-                silence_sample=silence_of(encoding),
-                depth_packets=settings.reorder_depth_packets,
-                max_wait_ms=settings.reorder_wait_ms,
-                max_gap_ms=settings.max_gap_ms,
-            )
-            for encoding in Encoding
-        }
         self._runner: web.AppRunner | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._stopping = False
@@ -268,9 +257,7 @@ class IngressGateway:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._settings.bind, self._settings.port)
         await site.start()
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        self.port = int(sockets[0].getsockname()[1]) if sockets else self._settings.port
+        self.port = int(self._runner.addresses[0][1])
         self._ticker = asyncio.create_task(self._tick_forever())
 
     async def stop(self) -> None:
@@ -557,22 +544,20 @@ class IngressGateway:
                 except OSError:
                     continue  # taken by another process: that port stays out of the pool
                 break
-            jitter = self._jitter[spec.encoding]
-            receiver = RtpReceiver(
-                spec,
-                self._policy,
-                JitterConfig(
-                    spec.sample_rate_hz,
-                    jitter.bytes_per_sample,
-                    jitter.silence_sample,
-                    jitter.depth_packets,
-                    jitter.max_wait_ms,
-                    jitter.max_gap_ms,
-                ),
-            )
+            receiver = RtpReceiver(spec, self._policy, self._jitter_config(spec))
             live.receivers[spec.label] = (receiver, transport, port)
             ports[spec.label] = port
         return ports
+
+    def _jitter_config(self, spec: ChannelSpec) -> JitterConfig:
+        return JitterConfig(
+            sample_rate_hz=spec.sample_rate_hz,
+            bytes_per_sample=spec.encoding.bytes_per_sample,
+            silence_sample=silence_of(spec.encoding),
+            depth_packets=self._settings.reorder_depth_packets,
+            max_wait_ms=self._settings.reorder_wait_ms,
+            max_gap_ms=self._settings.max_gap_ms,
+        )
 
     def _allocation(self, body: Any) -> tuple[str, str, list[ChannelSpec]] | Rejected:
         if not isinstance(body, dict):
