@@ -283,7 +283,10 @@ class IngressGateway:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            self._tick()
+            try:
+                self._tick()
+            except Exception:  # a bug must not stop idle timeouts and delivery reports
+                logger.exception("ingress tick failed")
 
     def _tick(self) -> None:
         now_ms = self._clock.now_ms()
@@ -298,9 +301,13 @@ class IngressGateway:
         try:
             self._publisher.check()
         except StreamscribeError as error:
-            failures = getattr(error, "failures", ()) or (str(error),)
-            self.metrics.publish_failures.inc(len(failures))
-            logger.error("delivery failed: %s", error)
+            self._publish_failed(error, "delivery failed")
+
+    def _publish_failed(self, error: StreamscribeError, where: str) -> None:
+        """Count the records a ``PublishError`` (or a refusal) names, and log it."""
+        failures = getattr(error, "failures", ()) or (str(error),)
+        self.metrics.publish_failures.inc(len(failures))
+        logger.error("%s: %s", where, error)
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -391,8 +398,7 @@ class IngressGateway:
             self._count(live.stream.push(channel, audio, start_ms))
             live.samples_out[channel] += samples
         except StreamscribeError as error:  # a delivery failure of any call: counted, logged
-            self.metrics.publish_failures.inc()
-            logger.error("call %s %s: %s", live.call.call_id, channel, error)
+            self._publish_failed(error, f"call {live.call.call_id} {channel}")
 
     def _count(self, records: int) -> None:
         if records:

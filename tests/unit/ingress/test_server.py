@@ -118,6 +118,8 @@ def test_a_record_refused_for_one_call_is_counted_and_the_other_call_goes_on() -
                     sender.sendto(header + bytes([index + 1]) * 160, ("127.0.0.1", port))
         while gateway.metrics.registry.get_sample_value("ingress_rtp_packets_total") < 20:
             await asyncio.sleep(0.01)
+        refused = gateway.metrics.registry.get_sample_value("ingress_publish_failures_total")
+        assert refused == 1
 
     # The first record sent (the first call's first 100 ms) is refused by the transport.
     fake = run(scenario, FakeTransport(refuse=lambda index: index == 0))
