@@ -12,7 +12,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 APT_PACKAGES := python3.11-venv curl redis-server redis-tools espeak-ng sox flite festival \
 	festvox-us-slt-hts festvox-kallpc16k maven openjdk-17-jre-headless prometheus chromium \
-	chromium-driver
+	chromium-driver ffmpeg gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good \
+	gstreamer1.0-plugins-bad baresip
 PYTEST_ARGS ?=
 
 export STREAMSCRIBE_CACHE ?= $(HOME)/.cache/streamscribe

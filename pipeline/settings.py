@@ -40,6 +40,7 @@ from pipeline.worker.faults import FAULTS_PATTERN
 __all__ = [
     "AsrSettings",
     "HotwordSettings",
+    "IngressSettings",
     "KafkaSettings",
     "MetricsSettings",
     "MonitorSettings",
@@ -94,11 +95,13 @@ def setting(
     non_empty: bool = False,
     pattern: str | None = None,
     expects: str = "",
+    secret: bool = False,
 ) -> Any:
     """A dataclass field with its environment variable (without prefix), a one-line help, and
     the values it accepts: numbers within ``minimum``..``maximum`` (inclusive) and above
     ``greater_than`` (exclusive); strings that are not blank (``non_empty``) or that match
-    ``pattern`` as a whole (``expects`` describes it in errors)."""
+    ``pattern`` as a whole (``expects`` describes it in errors). A ``secret`` value is shown as
+    ``***`` wherever settings are shown."""
     metadata = {
         "env": ENV_PREFIX + env,
         "help": help,
@@ -108,6 +111,7 @@ def setting(
         "non_empty": non_empty,
         "pattern": pattern,
         "expects": expects,
+        "secret": secret,
     }
     return field(default=default, metadata=metadata)
 
@@ -553,6 +557,104 @@ class MonitorSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IngressSettings:
+    """The telephony ingress gateway (``streamscribe ingress``, docs/ingress.md)."""
+
+    bind: str = setting(
+        "0.0.0.0", "INGRESS_BIND", "address of the control API, WebSocket media and /metrics"
+    )
+    port: int = setting(
+        8090,
+        "INGRESS_PORT",
+        "port of the control API, WebSocket media streams, /metrics, /healthz and /readyz",
+        minimum=0,  # 0: any free port (tests)
+        maximum=65535,
+    )
+    rtp_bind: str = setting("0.0.0.0", "INGRESS_RTP_BIND", "address the RTP receive ports bind")
+    advertised_host: str = setting(
+        "",
+        "INGRESS_ADVERTISED_HOST",
+        "host named in allocations (where senders send RTP); empty = the host the request used",
+    )
+    rtp_port_min: int = setting(
+        40000, "INGRESS_RTP_PORT_MIN", "lowest RTP receive port", minimum=1, maximum=65535
+    )
+    rtp_port_max: int = setting(
+        40999,
+        "INGRESS_RTP_PORT_MAX",
+        "highest RTP receive port (the range bounds the open channels)",
+        minimum=1,
+        maximum=65535,
+    )
+    allowed_networks: str = setting(
+        "127.0.0.0/8,::1/128",
+        "INGRESS_ALLOWED_NETWORKS",
+        "comma-separated networks RTP may come from; `any` = every address",
+        non_empty=True,
+    )
+    auth_token: str = setting(
+        "",
+        "INGRESS_AUTH_TOKEN",
+        "bearer token the control API and WebSocket streams require (`Authorization: Bearer`, "
+        "`?token=` or Twilio's `token` custom parameter)",
+        secret=True,
+    )
+    auth_disabled: bool = setting(
+        False,
+        "INGRESS_AUTH_DISABLED",
+        "serve the control API and WebSocket streams without a token (only behind another guard)",
+    )
+    record_ms: int = setting(
+        100,
+        "INGRESS_RECORD_MS",
+        "audio per published record, milliseconds",
+        minimum=10,
+        maximum=2000,
+    )
+    max_calls: int = setting(500, "INGRESS_MAX_CALLS", "most open calls", minimum=1)
+    idle_timeout_ms: int = setting(
+        10_000,
+        "INGRESS_IDLE_TIMEOUT_MS",
+        "end a call (end-of-stream on every channel) after this long without its media",
+        minimum=1,
+    )
+    reorder_depth_packets: int = setting(
+        8,
+        "INGRESS_REORDER_DEPTH_PACKETS",
+        "most RTP packets a channel holds back to reorder; a missing one is lost beyond this",
+        minimum=1,
+        maximum=1000,
+    )
+    reorder_wait_ms: int = setting(
+        60,
+        "INGRESS_REORDER_WAIT_MS",
+        "longest a packet waits for a missing earlier one",
+        minimum=0,
+        maximum=10_000,
+    )
+    max_gap_ms: int = setting(
+        10_000,
+        "INGRESS_MAX_GAP_MS",
+        "longest silence filled in one gap; a larger timestamp jump is a stream reset",
+        minimum=20,
+        maximum=600_000,
+    )
+    max_ws_frame_bytes: int = setting(
+        65_536,
+        "INGRESS_MAX_WS_FRAME_BYTES",
+        "largest WebSocket frame taken (a larger one closes the stream with 1009)",
+        minimum=1024,
+        maximum=16 * 1024 * 1024,
+    )
+    reject_log_interval_ms: int = setting(
+        10_000,
+        "INGRESS_REJECT_LOG_INTERVAL_MS",
+        "log one line per rejection reason at most this often (the metric counts all)",
+        minimum=0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting of a Streamscribe process, grouped by concern."""
 
@@ -565,6 +667,7 @@ class Settings:
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     hotwords: HotwordSettings = field(default_factory=HotwordSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    ingress: IngressSettings = field(default_factory=IngressSettings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -789,6 +892,8 @@ def describe_settings(settings: Settings | None = None) -> list[SettingInfo]:
     rows = []
     for name, spec, value in _walk(Settings, current, ""):
         shown = masked_client_config(value) if name == "kafka.client" else value
+        if spec.metadata.get("secret") and value:
+            shown = "***"
         rows.append(
             SettingInfo(
                 name, spec.metadata["env"], mask_url_passwords(repr(shown)), spec.metadata["help"]

@@ -24,6 +24,7 @@ from pipeline.cli import (
     compare,
     config,
     hotwords,
+    ingress,
     metrics,
     monitor,
     publish,
@@ -55,6 +56,7 @@ SUBCOMMANDS: tuple[Callable[[Any], None], ...] = (
     transcribe.register,
     hotwords.register,
     worker.register,
+    ingress.register,
 )
 
 EXIT_USER_ERROR = 2

@@ -1,0 +1,245 @@
+"""The per-stream reorder (jitter) buffer: RTP packets in any order → contiguous audio out.
+
+Pure and deterministic: time enters only as the arrival times the caller passes in. One buffer
+serves one channel of one call, across SSRC changes and sequence resets (a hold, a re-INVITE, a
+transfer): those are ``discontinuity``s that continue the same timeline.
+
+Contracts:
+
+- Output is the channel's audio in order, already in the chunk contract's encoding; every sample
+  of the RTP timeline between two audio packets is there: what is missing (a lost packet, silence
+  suppression, a comfort-noise or telephone-event packet) comes out as digital silence of that
+  many samples (``filled_samples``), at most ``max_gap_ms`` per gap.
+- Bounded: at most ``depth_packets`` packets wait. A missing packet is given up (``lost``) once
+  ``depth_packets`` later ones wait or the oldest waiting one arrived ``max_wait_ms`` ago
+  (``expire`` with the current time releases those without a new packet).
+- A packet already received (waiting or released) is a ``DUPLICATE``; one older than the audio
+  already released is ``LATE``: both are dropped and counted, never output.
+- A jump of the sequence number (more than ``max_dropout_packets`` ahead or
+  ``max_misorder_packets`` behind, RFC 3550 A.1) or of the timestamp (more than ``max_gap_ms``)
+  and every new source is a ``discontinuity``: the waiting packets are released, the silence
+  between the streams is the arrival time between them (at most ``max_gap_ms``), and the new
+  stream's numbering starts from its first packet.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["JitterBuffer", "JitterConfig", "PushStatus", "Release"]
+
+_SEQ_MODULO = 1 << 16
+_TS_MODULO = 1 << 32
+_EPOCH = 1 << 20
+"""Extended sequence numbers start here (and jump by it at a discontinuity), so that one arriving
+just behind the first packet still has a positive number."""
+_SEEN_MEMORY = 512
+
+
+def _signed(delta: int, modulo: int) -> int:
+    """``delta`` mod ``modulo`` as the nearest signed distance (serial-number arithmetic)."""
+    delta %= modulo
+    return delta - modulo if delta >= modulo // 2 else delta
+
+
+@dataclass(frozen=True, slots=True)
+class JitterConfig:
+    """The buffer's bounds. ``sample_rate_hz`` is the RTP clock (8000 or 16000 here)."""
+
+    sample_rate_hz: int
+    bytes_per_sample: int
+    silence_sample: bytes
+    """One sample of digital silence in the output encoding (``b"\\xff"`` for μ-law)."""
+    depth_packets: int = 8
+    max_wait_ms: int = 60
+    max_gap_ms: int = 10_000
+    max_dropout_packets: int = 3000
+    max_misorder_packets: int = 100
+
+    @property
+    def max_gap_samples(self) -> int:
+        return self.max_gap_ms * self.sample_rate_hz // 1000
+
+
+class PushStatus(enum.StrEnum):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    LATE = "late"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What one call on the buffer let out: contiguous audio and how it was made."""
+
+    audio: bytes
+    status: PushStatus = PushStatus.ACCEPTED
+    lost_packets: int = 0
+    filled_samples: int = 0
+    discontinuity: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    timestamp: int
+    audio: bytes | None
+    arrival_ms: int
+
+
+class JitterBuffer:
+    """One channel's reorder buffer (see the module docstring for its contracts)."""
+
+    def __init__(self, config: JitterConfig) -> None:
+        self._config = config
+        self._started = False
+        self._next_ext = 0
+        self._next_ts = 0
+        self._waiting: dict[int, _Waiting] = {}
+        self._seen: deque[int] = deque(maxlen=_SEEN_MEMORY)
+        self._seen_set: set[int] = set()
+        self._last_arrival_ms = 0
+        self._last_duration_ms = 0
+        self._last_transit_ms: float | None = None
+        self.jitter_ms = 0.0
+        """RFC 3550 §6.4.1 interarrival jitter estimate of the current stream, milliseconds."""
+
+    @property
+    def waiting_packets(self) -> int:
+        return len(self._waiting)
+
+    def push(
+        self,
+        sequence_number: int,
+        timestamp: int,
+        audio: bytes | None,
+        arrival_ms: int,
+        *,
+        new_source: bool = False,
+    ) -> Release:
+        """Take one packet (``audio`` None: a packet that holds a place in the sequence but no
+        audio, such as a telephone event or comfort noise) and release what is now due."""
+        config = self._config
+        if not self._started:
+            self._start(sequence_number, timestamp, _EPOCH)
+            return self._accept(self._next_ext, timestamp, audio, arrival_ms, False)
+        ahead = _signed(sequence_number - self._next_ext, _SEQ_MODULO)
+        ts_ahead = _signed(timestamp - self._next_ts, _TS_MODULO)
+        if (
+            new_source
+            or ahead > config.max_dropout_packets
+            or ahead < -config.max_misorder_packets
+            or abs(ts_ahead) > config.max_gap_samples
+        ):
+            return self._discontinuity(sequence_number, timestamp, audio, arrival_ms)
+        ext = self._next_ext + ahead
+        if ext in self._waiting or ext in self._seen_set:
+            return Release(b"", PushStatus.DUPLICATE)
+        if ahead < 0:
+            return Release(b"", PushStatus.LATE)
+        return self._accept(ext, timestamp, audio, arrival_ms, False)
+
+    def expire(self, now_ms: int) -> Release:
+        """Release what waited too long by ``now_ms`` (giving up the packets missing before it)."""
+        return self._release(now_ms, force=False)
+
+    def drain(self) -> Release:
+        """Release everything that waits (the stream ended): missing packets are lost."""
+        return self._release(self._last_arrival_ms, force=True)
+
+    def _start(self, sequence_number: int, timestamp: int, base: int) -> None:
+        self._started = True
+        self._next_ext = base - base % _SEQ_MODULO + sequence_number
+        self._next_ts = timestamp
+        self._seen.clear()
+        self._seen_set.clear()
+        self._last_transit_ms = None
+
+    def _discontinuity(
+        self, sequence_number: int, timestamp: int, audio: bytes | None, arrival_ms: int
+    ) -> Release:
+        flushed = self._release(arrival_ms, force=True)
+        gap_ms = arrival_ms - self._last_arrival_ms - self._last_duration_ms
+        gap_samples = min(max(gap_ms, 0), self._config.max_gap_ms) * (
+            self._config.sample_rate_hz // 1000
+        )
+        self._start(sequence_number, timestamp, self._next_ext + _EPOCH)
+        after = self._accept(self._next_ext, timestamp, audio, arrival_ms, True)
+        silence = self._config.silence_sample * gap_samples
+        return Release(
+            flushed.audio + silence + after.audio,
+            lost_packets=flushed.lost_packets + after.lost_packets,
+            filled_samples=flushed.filled_samples + gap_samples + after.filled_samples,
+            discontinuity=True,
+        )
+
+    def _accept(
+        self, ext: int, timestamp: int, audio: bytes | None, arrival_ms: int, discontinuity: bool
+    ) -> Release:
+        self._waiting[ext] = _Waiting(timestamp, audio, arrival_ms)
+        if audio is not None:  # an event's packets repeat its start time: no transit to measure
+            self._update_jitter(timestamp, arrival_ms)
+        self._last_arrival_ms = max(self._last_arrival_ms, arrival_ms)
+        if audio is not None:
+            samples = len(audio) // self._config.bytes_per_sample
+            self._last_duration_ms = samples * 1000 // self._config.sample_rate_hz
+        released = self._release(arrival_ms, force=False)
+        if not discontinuity:
+            return released
+        return Release(
+            released.audio,
+            PushStatus.ACCEPTED,
+            released.lost_packets,
+            released.filled_samples,
+            True,
+        )
+
+    def _update_jitter(self, timestamp: int, arrival_ms: int) -> None:
+        transit_ms = arrival_ms - timestamp * 1000 / self._config.sample_rate_hz
+        if self._last_transit_ms is not None:
+            difference = abs(transit_ms - self._last_transit_ms)
+            if difference < self._config.max_gap_ms:  # a 32-bit timestamp wrap is no jitter
+                self.jitter_ms += (difference - self.jitter_ms) / 16
+        self._last_transit_ms = transit_ms
+
+    def _release(self, now_ms: int, *, force: bool) -> Release:
+        config = self._config
+        out = bytearray()
+        lost = 0
+        filled = 0
+        while self._waiting:
+            entry = self._waiting.pop(self._next_ext, None)
+            if entry is None:
+                oldest_ms = min(waiting.arrival_ms for waiting in self._waiting.values())
+                if (
+                    not force
+                    and len(self._waiting) < config.depth_packets
+                    and now_ms - oldest_ms < config.max_wait_ms
+                ):
+                    break
+                following = min(self._waiting)
+                lost += following - self._next_ext
+                self._next_ext = following
+                continue
+            self._remember(self._next_ext)
+            self._next_ext += 1
+            if entry.audio is None:
+                continue
+            audio = entry.audio
+            gap = _signed(entry.timestamp - self._next_ts, _TS_MODULO)
+            if gap > 0:
+                fill = min(gap, config.max_gap_samples)
+                out += config.silence_sample * fill
+                filled += fill
+            elif gap < 0:  # overlaps audio already out: keep only what is new
+                audio = audio[-gap * config.bytes_per_sample :]
+            out += audio
+            samples = len(entry.audio) // config.bytes_per_sample
+            self._next_ts = (entry.timestamp + samples) % _TS_MODULO
+        return Release(bytes(out), PushStatus.ACCEPTED, lost, filled)
+
+    def _remember(self, ext: int) -> None:
+        if len(self._seen) == self._seen.maxlen:
+            self._seen_set.discard(self._seen[0])
+        self._seen.append(ext)
+        self._seen_set.add(ext)
