@@ -1,14 +1,15 @@
 """Where an utterance's start is lost: the VAD's onset against the audio's, and the final decoded
 with more audio before it (a diagnosis of issue 21's "utterance starts lost", not a benchmark).
 
-    .venv/bin/python -m bench.realspeech_onsets [ID ...] [--speech-dir DIR]
+    .venv/bin/python -m bench.realspeech_onsets [ID ...] [--summary] [--speech-dir DIR]
 
 For each utterance of the real-speech set (default: the issue's two examples), telephone and
 wideband: the audio's onset (the first 10 ms within 30 dB of the loudest), the silero speech
 probability of every 32 ms frame up to the gate's start, the gate's first speech start (the
 engine's default gate, pad included), the streaming engine's finals (start, text) and
 suppressed finals, and the first final's audio decoded again by the engine's recognizer with
-``PRE_ROLL_MS`` more audio before its start. Printed; nothing is written.
+``PRE_ROLL_MS`` more audio before its start. ``--summary``: how late the gate starts, over
+every utterance. Printed; nothing is written.
 """
 
 from __future__ import annotations
@@ -70,11 +71,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("ids", nargs="*", default=list(QUICK_PREFERRED), help="utterance ids")
     parser.add_argument("--speech-dir", type=Path, default=None, help="the real-speech set")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument(
+        "--summary",
+        action="store_true",
+        help="every utterance: how late the gate starts after the audio onset (no decoding)",
+    )
     args = parser.parse_args(argv)
     directory = speech_dir(args.speech_dir)
     references = parse_refs((directory / "refs.tsv").read_text(encoding="utf-8"))
-    chosen = [r for r in references if r.utterance_id in args.ids]
+    chosen = [r for r in references if args.summary or r.utterance_id in args.ids]
     vad = SileroVad()
+    if args.summary:
+        torch.set_num_threads(args.threads)
+        for band in BANDS:
+            lateness_ms = []
+            for clip in load_band(directory, chosen, band):
+                audio = to_16k(clip.samples, clip.sample_rate_hz)
+                _, start_ms = gate_trace(vad, audio)
+                if start_ms is not None:
+                    lateness_ms.append(start_ms - audio_onset_ms(audio))
+            late = np.asarray(lateness_ms)
+            print(
+                f"{band.label}: gate start - audio onset, median {np.median(late):.0f} ms, "
+                f"P90 {np.percentile(late, 90):.0f} ms, max {late.max()} ms; "
+                f"{(late >= 300).sum()} of {len(late)} utterances start >= 300 ms late"
+            )
+        return 0
     recognizer = WhisperRecognizer(WhisperSettings(device="cpu"))
     torch.set_num_threads(args.threads)
     for band in BANDS:
