@@ -1,6 +1,7 @@
 """Word error rate of the streaming engine against offline decoding, and of the window cut.
 
     .venv/bin/python -m bench.engine_wer [--quick]
+    .venv/bin/python -m bench.engine_wer --realspeech [--quick]  # bench/realspeech_wer.py
 
 Clips: the speech fixtures with a reference (``tests/fixtures/refs.tsv``): utterances,
 telephone (8 kHz) and G.711 copies, noisy copies, the two pause files, the repeated sentences
@@ -35,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from bench.common import (
@@ -49,6 +51,7 @@ from bench.common import (
     single_clips,
     write_results,
 )
+from pipeline.asr.engine import Suppressed
 from pipeline.asr.factory import build_engine
 from pipeline.asr.session import SessionKey
 from pipeline.asr.whisper.decoding import DecodingOptions, decode
@@ -64,6 +67,8 @@ NAME = "engine_wer"
 CHUNK_MS = 20
 STEP_EVERY_MS = 100
 OFFLINE_BATCH = 8
+OFFLINE_WINDOW_SAMPLES = 30 * 16_000
+OFFLINE_CUT_SEARCH_SAMPLES = 5 * 16_000
 CATEGORIES = {
     "utterance": "utterances",
     "telephone": "telephone",
@@ -99,20 +104,29 @@ FULL_VARIANTS = (
 )
 
 
-def streaming_hypotheses(
-    clips: Sequence[FixtureClip], variant: Variant, threads: int
-) -> tuple[dict[str, str], float]:
-    """clip id → its finals' text joined, and the wall time the engine took."""
-    settings = AsrSettings(
-        device="cpu",
-        threads=threads,
-        partials=False,
-        min_window_ms=variant.min_window_ms,
-        margin_ms=variant.margin_ms,
-        quantization=variant.quantization,
-    )
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamingRun:
+    """What the engine emitted for each clip: its finals and the finals the guards suppressed
+    (in emission order), and the engine's wall time over all clips."""
+
+    finals: dict[str, list[Final]]
+    suppressed: dict[str, list[Suppressed]]
+    wall_s: float
+
+    def texts(self) -> dict[str, str]:
+        """clip id → its finals' text joined in utterance order."""
+        return {
+            clip_id: " ".join(f.text for f in sorted(items, key=lambda f: f.utterance_index))
+            for clip_id, items in self.finals.items()
+        }
+
+
+def run_streaming(clips: Sequence[FixtureClip], settings: AsrSettings) -> StreamingRun:
+    """The engine of ``settings`` (``build_engine``, as the worker builds it) fed 20 ms chunks
+    of every clip interleaved, at each clip's own rate (8 kHz goes through the engine's
+    resampler), stepped every 100 ms of audio, end of stream with each clip's last chunk."""
     engine = build_engine(settings, ManualClock()).engine
-    finals: dict[str, list[Final]] = {clip.clip_id: [] for clip in clips}
+    run = StreamingRun({c.clip_id: [] for c in clips}, {c.clip_id: [] for c in clips}, 0.0)
     started = time.perf_counter()
     longest_ms = max(clip.duration_ms for clip in clips)
     for position_ms in range(0, longest_ms + CHUNK_MS, CHUNK_MS):
@@ -128,27 +142,64 @@ def streaming_hypotheses(
                     end_of_stream=last >= len(clip.samples),
                 )
         if position_ms % STEP_EVERY_MS == 0:
-            _collect(engine.step(), finals)
+            _collect(engine.step(), run)
     while engine.sessions:
-        _collect(engine.step(), finals)
-    elapsed = time.perf_counter() - started
-    texts = {
-        clip_id: " ".join(f.text for f in sorted(items, key=lambda f: f.utterance_index))
-        for clip_id, items in finals.items()
-    }
-    return texts, elapsed
+        _collect(engine.step(), run)
+    return dataclasses.replace(run, wall_s=time.perf_counter() - started)
 
 
-def _collect(outputs: Sequence[Any], finals: dict[str, list[Final]]) -> None:
+def _collect(outputs: Sequence[Any], run: StreamingRun) -> None:
     for output in outputs:
         if isinstance(output, Final):
-            finals[output.call_id].append(output)
+            run.finals[output.call_id].append(output)
+        elif isinstance(output, Suppressed) and output.final:
+            run.suppressed[output.key.call_id].append(output)
+
+
+def streaming_hypotheses(
+    clips: Sequence[FixtureClip], variant: Variant, threads: int
+) -> tuple[dict[str, str], float]:
+    """clip id → its finals' text joined, and the wall time the engine took."""
+    settings = AsrSettings(
+        device="cpu",
+        threads=threads,
+        partials=False,
+        min_window_ms=variant.min_window_ms,
+        margin_ms=variant.margin_ms,
+        quantization=variant.quantization,
+    )
+    run = run_streaming(clips, settings)
+    return run.texts(), run.wall_s
+
+
+def offline_windows(
+    audio: npt.NDArray[np.float32],
+    window_samples: int = OFFLINE_WINDOW_SAMPLES,
+    search_samples: int = OFFLINE_CUT_SEARCH_SAMPLES,
+) -> list[npt.NDArray[np.float32]]:
+    """``audio`` (16 kHz) cut into consecutive windows of at most ``window_samples``, each cut
+    in the middle of the quietest 20 ms of its last ``search_samples`` (a word is rarely split
+    there); one window for audio that fits. The windows tile ``audio`` exactly."""
+    frame = 320
+    windows = []
+    start = 0
+    while len(audio) - start > window_samples:
+        search_first = start + max(window_samples - search_samples, frame)
+        frames = audio[search_first : start + window_samples]
+        usable = len(frames) // frame * frame
+        energy = np.square(frames[:usable].reshape(-1, frame), dtype=np.float64).sum(axis=1)
+        cut = search_first + int(np.argmin(energy)) * frame + frame // 2
+        windows.append(audio[start:cut])
+        start = cut
+    windows.append(audio[start:])
+    return windows
 
 
 def offline_hypotheses(
     model: WhisperModel, clips: Sequence[FixtureClip]
 ) -> tuple[dict[str, str], float]:
-    """clip id → offline text (30 s windows; call channels turn by turn), and wall time."""
+    """clip id → offline text (30 s windows, consecutive for a longer clip; call channels
+    turn by turn), and wall time."""
     segments: list[tuple[str, np.ndarray]] = []
     for clip in clips:
         audio = to_16k(clip.samples, clip.sample_rate_hz)
@@ -156,13 +207,13 @@ def offline_hypotheses(
             for start_ms, end_ms, _ in clip.turns:
                 segments.append((clip.clip_id, audio[start_ms * 16 : end_ms * 16]))
         else:
-            segments.append((clip.clip_id, audio))
+            segments.extend((clip.clip_id, window) for window in offline_windows(audio))
     options = DecodingOptions(max_words_per_second=6.0, max_prompt_tokens=64)
     texts: dict[str, list[str]] = {clip.clip_id: [] for clip in clips}
     started = time.perf_counter()
     for first in range(0, len(segments), OFFLINE_BATCH):
         batch = segments[first : first + OFFLINE_BATCH]
-        mels = [log_mel_spectrogram(audio[: 30 * 16_000]) for _, audio in batch]
+        mels = [log_mel_spectrogram(audio[:OFFLINE_WINDOW_SAMPLES]) for _, audio in batch]
         windows = [pad_or_trim_frames(mel, 3000) for mel in mels]
         results = decode(model, windows, options, content_frames=[m.shape[1] for m in mels])
         for (clip_id, _), result in zip(batch, results, strict=True):
@@ -319,7 +370,18 @@ def plot(results: dict[str, Any]) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = bench_parser(NAME, (__doc__ or "").splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="at most N clips of each set")
+    parser.add_argument(
+        "--realspeech",
+        action="store_true",
+        help="measure on the real-speech set instead (bench/realspeech_wer.py)",
+    )
+    # Imported here: realspeech_wer builds on this module's decoders.
+    from bench import realspeech_wer
+
+    realspeech_wer.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.realspeech:
+        return realspeech_wer.run(args)
     started = time.monotonic()
     config, results = measure(args.quick, args.threads, args.limit)
     systems = results["systems"]

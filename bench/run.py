@@ -65,6 +65,12 @@ TWO_THREADS = ("--threads", "2")
 
 BENCHMARKS = (
     Benchmark("engine_wer", "WER: streaming engine vs offline 30 s decoding; window cut"),
+    Benchmark(
+        "engine_wer_realspeech",
+        "WER on real speech (../shared/speech): streaming finals vs offline, telephone + 16 kHz",
+        args=("--realspeech",),
+        module="engine_wer",
+    ),
     Benchmark("engine_rtf", "recognizer real-time factor by batch size; stage split; VAD"),
     Benchmark(
         "engine_concurrency",
