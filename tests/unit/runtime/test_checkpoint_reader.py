@@ -125,8 +125,12 @@ def test_nothing_to_read_opens_no_client(monkeypatch: Any) -> None:
 
 
 class _Stalled(_Reader):
+    """The end (the high watermark) is held back: the records of a dead worker's open
+    transaction count in it, and a ``read_committed`` client gets none of them until the broker
+    aborts it (``test_exactly_once`` shows the real client doing so)."""
+
     def consume(self, num_messages: int, timeout: float) -> list[_Record]:
-        return []  # the end is held back (an open transaction of a dead worker)
+        return []
 
 
 def test_an_end_not_reached_in_time_is_an_infrastructure_error(monkeypatch: Any) -> None:

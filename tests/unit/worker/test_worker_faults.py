@@ -58,7 +58,8 @@ class _LoopConsumer(_Consumer):
 
     def close(self) -> None:
         self.closed = True
-        self.on_revoke(self, [TopicPartition("audio.chunks", 0)])
+        if hasattr(self, "on_revoke"):
+            self.on_revoke(self, [TopicPartition("audio.chunks", 0)])
 
 
 class _LoopProducer(_Producer):
@@ -140,6 +141,28 @@ def test_a_fault_after_send_offsets_aborts_the_transaction_and_commits_no_offset
     survivor._engine._recognizer = _Says()  # type: ignore[assignment]
     _run(survivor, records)
     assert _final_calls(published) == ["A"]
+
+
+def test_a_fault_before_the_commit_aborts_what_the_transaction_holds(monkeypatch: Any) -> None:
+    worker, producer, _ = _looping(
+        monkeypatch, _Says(), _utterances(["A"]), faults="before_commit=raise"
+    )
+    with pytest.raises(InjectedFaultError, match="before_commit"):
+        worker.run()
+    assert producer.aborts == 1
+    assert (producer.committed, producer.offsets) == ([], {})
+
+
+def test_a_fault_at_the_end_of_a_restore_stops_before_the_partitions_are_assigned(
+    monkeypatch: Any,
+) -> None:
+    worker, producer, consumer = _looping(
+        monkeypatch, _Says(), _utterances(["A"]), faults="restore_before_assign=raise"
+    )
+    with pytest.raises(InjectedFaultError, match="restore_before_assign"):
+        worker.run()
+    assert consumer.assigned_offsets == []
+    assert producer.committed == []
 
 
 def test_the_recognizer_fault_point_fires_at_the_armed_batch(monkeypatch: Any) -> None:
@@ -270,3 +293,29 @@ def test_the_committed_offsets_read_rides_out_a_coordinator_moving(monkeypatch: 
         [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT]
     )
     assert worker._read_committed_offsets([0, 1]) == {0: 17, 1: None}
+
+
+class _CommitFails(_LoopProducer):
+    attempts = 0
+
+    def commit_transaction(self, *_: Any) -> None:
+        self.attempts += 1
+        raise KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT, "lost"))
+
+
+def test_a_failed_shutdown_commit_is_aborted(monkeypatch: Any) -> None:
+    # It was left open: the next owner's checkpoint read then waited for the broker to time
+    # it out (transaction.timeout.ms plus its abort sweep: 10-20 s) before it could restore.
+    worker, _, consumer = _looping(monkeypatch, _Says(), [])
+    producer = worker._tx = _CommitFails()
+    worker._consumer, worker._partials = consumer, _Partials()
+    worker._restore([0])
+    worker.status.assigned = frozenset({0})
+    for record in _utterances(["A"])[:20]:
+        worker._handle(record)
+    worker.stop()
+    worker._shutdown()
+    # The last commit, then the leaving events' transaction: each failed, each aborted.
+    assert producer.attempts >= 1
+    assert producer.aborts == producer.attempts
+    assert producer.committed == []
