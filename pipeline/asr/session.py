@@ -461,14 +461,17 @@ class Session:
 
     def _finalized_before(self, index: int, start_samples: int, end_samples: int) -> bool:
         """Whether an utterance the replay decided was finalized before a failover. By position
-        when the checkpoint gave one: it ends within the finalized audio, or what is left of it
-        past there is shorter than a blip. By index otherwise (a checkpoint written before the
-        position was recorded): the same VAD segments the same audio the same way."""
+        when the checkpoint gave one: it ends within the finalized audio, or it straddles the
+        end of that audio and what is left past there is shorter than a blip. By index otherwise
+        (a checkpoint written before the position was recorded): the same VAD segments the same
+        audio the same way."""
         if self.finals_end_ms is None:
             return index <= self.finals_through
         if end_samples // SAMPLES_PER_MS <= self.finals_end_ms:
             return True
-        return end_samples - start_samples < self.endpoint.config.min_utterance_samples
+        straddles = start_samples == self.finals_end_ms * SAMPLES_PER_MS
+        short = end_samples - start_samples < self.endpoint.config.min_utterance_samples
+        return straddles and short  # a short piece of its own (a max-length cut's tail) stays
 
     def _track_open_utterance(self) -> None:
         start = self.endpoint.utterance_start_samples

@@ -642,6 +642,18 @@ def test_a_replayed_utterance_straddling_the_finalized_audio_keeps_only_what_fol
     assert replayed[0].start_ms == live[1].start_ms
 
 
+def test_skipping_by_position_keeps_a_short_piece_past_the_finalized_audio() -> None:
+    # A max-length cut leaves a tail shorter than a blip; past the finalized audio it is speech
+    # like any other (only a piece left over from straddling the finalized audio is dropped).
+    audio = signal(10, 33, 30)  # 1.06 s of level, cut at 1 s
+    live = finals(run(make_engine(max_utterance_ms=1000)[0], audio))
+    assert len(live) == 2
+    assert live[1].end_ms - live[1].start_ms < 200
+    engine, _ = make_engine(max_utterance_ms=1000)
+    engine.expect(KEY, -1, finals_end_ms=0)
+    assert spans(finals(run(engine, audio))) == spans(live)
+
+
 def test_max_jobs_bounds_a_step_and_leaves_the_rest_due() -> None:
     engine, fake = make_engine(max_batch=2)
     keys = [SessionKey(f"call-{i}", "mono") for i in range(3)]
