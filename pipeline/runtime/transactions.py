@@ -21,6 +21,7 @@ from confluent_kafka import KafkaError, KafkaException
 from pipeline.errors import InfrastructureError
 
 __all__ = [
+    "COORDINATOR_MOVING",
     "FENCED",
     "RETRY_DEADLINE_S",
     "STUCK_GRACE_S",
@@ -78,6 +79,17 @@ def raise_if_fenced(error: KafkaError) -> None:
         raise InfrastructureError(f"fatal Kafka transaction error: {error}")
 
 
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+    }
+)
+"""Error codes of a coordinator that is moving or still loading (a broker restarting): worth
+waiting for, though librdkafka does not always flag them retriable."""
+
+
 UNREACHABLE = frozenset(
     {KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
 )
@@ -119,16 +131,17 @@ def transactional(
     timeout_s: Callable[[], float] = lambda: TRANSACTION_TIMEOUT_S,
     cut_off: Callable[[], float | None] = lambda: None,
     progress: Callable[[], None] = lambda: None,
+    also: Callable[[KafkaError], bool] = lambda error: False,
 ) -> None:
     """A transactional librdkafka call, given ``timeout_s()`` (asked at each try) as its
-    timeout: each try bounded (``bounded``), retriable errors retried (``retrying``, which
-    reports each try to ``progress``)."""
+    timeout: each try bounded (``bounded``), retriable errors (and those ``also`` accepts)
+    retried (``retrying``, which reports each try to ``progress``)."""
 
     def attempt() -> None:
         bound_s = timeout_s()
         bounded(lambda: call(bound_s), bound_s)
 
-    retrying(attempt, cut_off=cut_off, progress=progress)
+    retrying(attempt, cut_off=cut_off, progress=progress, also=also)
 
 
 class StuckCallError(InfrastructureError):

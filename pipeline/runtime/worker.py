@@ -91,6 +91,7 @@ from pipeline.runtime.metrics import (
 )
 from pipeline.runtime.recovery import RestorePoint, recover
 from pipeline.runtime.transactions import (
+    COORDINATOR_MOVING,
     FENCED,
     TRANSACTION_TIMEOUT_S,
     UNREACHABLE,
@@ -271,7 +272,15 @@ class AsrWorker:
         self._tx = self._transactional_producer()
         self._partials = new_producer(partials_producer_config(kafka, self.worker_id))
         try:
-            self._tx.init_transactions(TRANSACTION_TIMEOUT_S)
+            # A broker that has just restarted answers that its transaction coordinator is
+            # still loading (found by bench/chaos.py: the worker exited); that is waited for.
+            producer = self._tx
+            retrying(
+                lambda: producer.init_transactions(TRANSACTION_TIMEOUT_S),
+                cut_off=self._cut_off,
+                progress=self._progressed,
+                also=lambda error: error.code() in COORDINATOR_MOVING,
+            )
         except KafkaException as error:
             self._tx.poll(0)  # its librdkafka lines (why: a refused connection) show first
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
@@ -1046,6 +1055,7 @@ class AsrWorker:
                 timeout_s=self._call_timeout_s,
                 cut_off=self._cut_off,
                 progress=self._progressed,
+                also=lambda error: error.code() in COORDINATOR_MOVING,
             )
         except (KafkaException, StuckCallError) as error:
             raise InfrastructureError(f"cannot restart Kafka transactions: {error}") from None

@@ -319,3 +319,31 @@ def test_a_failed_shutdown_commit_is_aborted(monkeypatch: Any) -> None:
     assert producer.attempts >= 1
     assert producer.aborts == producer.attempts
     assert producer.committed == []
+
+
+class _CoordinatorLoading(_LoopProducer):
+    """``init_transactions`` answers as a broker that has just restarted, then works."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusals = [KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR]
+
+    def init_transactions(self, *_: Any) -> None:
+        if self.refusals:
+            raise KafkaException(KafkaError(self.refusals.pop(0), "loading"))
+
+
+def test_a_worker_starting_while_the_coordinator_loads_waits_for_it(monkeypatch: Any) -> None:
+    # Found by bench/chaos.py: a worker started right after a broker restart exited with
+    # "cannot start Kafka transactions: COORDINATOR_LOAD_IN_PROGRESS".
+    monkeypatch.setattr("pipeline.runtime.transactions.time.sleep", lambda s: None)
+    producer = _CoordinatorLoading()
+    worker, _, _ = _looping(monkeypatch, _Says(), [])
+    monkeypatch.setattr(
+        worker_module,
+        "new_producer",
+        lambda config: producer if "transactional.id" in config else _Partials(),
+    )
+    worker._iteration = worker.stop  # type: ignore[method-assign,assignment]
+    worker.run()
+    assert producer.refusals == []
