@@ -23,7 +23,11 @@ from pipeline.runtime.metrics import (
 
 __all__ = ["INGRESS_CATALOGUE", "IngressMetrics"]
 
-_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+# Dense up to 100 ms, where the 50 ms arrival → acked target and its P95 live.
+_LATENCY_BUCKETS_S = (
+    0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.075, 0.1,
+    0.25, 0.5, 1.0, 2.5, 5.0,
+)  # fmt: skip
 _JITTER_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
 _TRANSPORT = LabelSpec("transport", ("rtp", "twilio", "fork"))
 _PROTOCOL = LabelSpec("protocol", ("twilio", "fork"))
