@@ -89,6 +89,11 @@ BENCHMARKS = (
         "e2e", "end to end through Kafka; kill -9 recovery", needs_kafka=True, args=TWO_THREADS
     ),
     Benchmark(
+        "ingress",
+        "concurrent real-time G.711 calls on one ingress core: arrival → acked, drops, CPU",
+        needs_kafka=True,
+    ),
+    Benchmark(
         "chaos",
         "finals through frozen, killed, restarted workers and broker (own broker), 3 x 10 min",
         in_quick=False,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from pipeline.ingress.metrics import INGRESS_CATALOGUE
 from pipeline.qa.metrics import QA_CATALOGUE
 from pipeline.runtime.metrics import CATALOGUE
 
@@ -16,7 +17,8 @@ from pipeline.runtime.metrics import CATALOGUE
 PROMETHEUS_SERIES = frozenset({"up", "scrape_duration_seconds", "scrape_samples_scraped"})
 
 KNOWN_SERIES = frozenset(
-    {name for spec in (*CATALOGUE, *QA_CATALOGUE) for name in spec.series_names} | PROMETHEUS_SERIES
+    {name for spec in (*CATALOGUE, *QA_CATALOGUE, *INGRESS_CATALOGUE) for name in spec.series_names}
+    | PROMETHEUS_SERIES
 )
 
 _KEYWORDS = frozenset(

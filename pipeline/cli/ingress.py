@@ -90,6 +90,7 @@ async def _serve(settings: Settings) -> None:
     transport = TimedTransport(
         KafkaTransport(producer_config(settings.kafka, settings.publisher)),
         metrics.publish_latency.observe,
+        metrics.arrival_to_ack.observe,
     )
     publisher = AudioPublisher(
         transport,
@@ -109,6 +110,7 @@ async def _serve(settings: Settings) -> None:
         publisher,
         metrics=metrics,
         readiness=readiness,
+        on_media=transport.mark_arrival,
         default_tenant=settings.publisher.tenant,
     )
     stop = asyncio.Event()

@@ -109,11 +109,26 @@ class DtmfNotice:
 
 
 class TimedTransport:
-    """A ``Transport`` that times each record from ``send`` to its delivery report."""
+    """A ``Transport`` that times each record from ``send`` to its delivery report, and, when
+    ``observe_from_arrival`` is given, from the last ``mark_arrival`` before its ``send`` (the
+    arrival of the media that completed it: records are cut synchronously in the datagram or
+    frame handler that marked it)."""
 
-    def __init__(self, inner: Transport, observe: Callable[[float], None]) -> None:
+    def __init__(
+        self,
+        inner: Transport,
+        observe: Callable[[float], None],
+        observe_from_arrival: Callable[[float], None] | None = None,
+    ) -> None:
         self._inner = inner
         self._observe = observe
+        self._observe_from_arrival = observe_from_arrival
+        self._arrival_s: float | None = None
+
+    def mark_arrival(self) -> None:
+        """Media arrived now (``time.perf_counter``): records sent until the next mark are
+        observed from it too."""
+        self._arrival_s = time.perf_counter()
 
     def send(
         self,
@@ -124,10 +139,14 @@ class TimedTransport:
         on_delivery: DeliveryCallback,
     ) -> None:
         sent_s = time.perf_counter()
+        arrival_s = self._arrival_s if self._observe_from_arrival is not None else None
 
         def report(error: str | None, partition: int) -> None:
             if error is None:
-                self._observe(time.perf_counter() - sent_s)
+                acked_s = time.perf_counter()
+                self._observe(acked_s - sent_s)
+                if arrival_s is not None and self._observe_from_arrival is not None:
+                    self._observe_from_arrival(acked_s - arrival_s)
             on_delivery(error, partition)
 
         self._inner.send(topic, key, value, headers, report)
@@ -207,7 +226,9 @@ class _RtpProtocol(asyncio.DatagramProtocol):
 class IngressGateway:
     """The gateway: start it, serve, stop it (which ends every open call with end-of-stream).
 
-    ``on_dtmf`` receives every digit notice (none are published into audio.chunks).
+    ``on_dtmf`` receives every digit notice (none are published into audio.chunks);
+    ``on_media`` is called as each datagram or WebSocket frame is read, before it is handled
+    (``TimedTransport.mark_arrival``: what ``ingress_arrival_to_ack_seconds`` is measured from).
     """
 
     def __init__(
@@ -219,6 +240,7 @@ class IngressGateway:
         clock: Clock | None = None,
         readiness: Callable[[], tuple[bool, str]] | None = None,
         on_dtmf: Callable[[DtmfNotice], None] | None = None,
+        on_media: Callable[[], None] | None = None,
         default_tenant: str = "default",
     ) -> None:
         self._settings = settings
@@ -229,6 +251,7 @@ class IngressGateway:
         self._clock: Clock = clock or WallClock()
         self._readiness = readiness
         self._on_dtmf = on_dtmf
+        self._on_media = on_media or (lambda: None)
         self._registry = CallRegistry(
             max_calls=settings.max_calls,
             ports=range(settings.rtp_port_min, settings.rtp_port_max + 1),
@@ -415,6 +438,7 @@ class IngressGateway:
     ) -> None:
         if live.ended:
             return
+        self._on_media()
         self.metrics.packets.inc()
         arrival_ms = self._clock.now_ms()
         receiver = live.receivers[channel][0]
@@ -643,6 +667,7 @@ class IngressGateway:
         where = f"ws/{protocol}"
         try:
             async for message in ws:
+                self._on_media()
                 self.metrics.ws_messages.labels(protocol).inc()
                 if message.type is WSMsgType.ERROR:
                     self._ws_error(message.data, where)

@@ -138,6 +138,9 @@ POD_SPEC = strict(
     securityContext={"type": "object"},
     tolerations={"type": "array", "items": {"type": "object"}},
     nodeSelector=STRING_MAP,
+    hostNetwork={"type": "boolean"},
+    dnsPolicy={"enum": ["ClusterFirst", "ClusterFirstWithHostNet", "Default", "None"]},
+    affinity={"type": "object"},
     volumes={
         "type": "array",
         "items": strict(
@@ -219,6 +222,7 @@ SERVICE = kind(
     spec=strict(
         ["selector", "ports"],
         type={"enum": ["ClusterIP", "NodePort", "LoadBalancer", "ExternalName"]},
+        externalTrafficPolicy={"enum": ["Cluster", "Local"]},
         selector=STRING_MAP,
         ports={
             "type": "array",

@@ -13,7 +13,7 @@ import yaml
 from jsonschema import Draft202012Validator
 
 from pipeline.cli import build_parser
-from pipeline.settings import DEVICE_PATTERN, MetricsSettings, describe_settings
+from pipeline.settings import DEVICE_PATTERN, IngressSettings, MetricsSettings, describe_settings
 from tests.conftest import REPO
 
 DEPLOY = REPO / "deploy"
@@ -68,7 +68,10 @@ SERVICE_SCHEMA = {
                 "start_period": {"type": "string"},
             },
         },
-        "ports": {"type": "array", "items": {"type": "string", "pattern": r"^\d+:\d+$"}},
+        "ports": {
+            "type": "array",
+            "items": {"type": "string", "pattern": r"^\d+(-\d+)?:\d+(-\d+)?(/udp)?$"},
+        },
         "volumes": {"type": "array", "items": {"type": "string"}},
         "networks": {"type": "object"},
         "deploy": {"type": "object"},
@@ -123,7 +126,9 @@ def test_compose_file_matches_its_schema() -> None:
 
 def test_compose_runs_the_whole_system() -> None:
     services = _services()
-    assert {"kafka", "redis", "topics", "worker", "qa", "prometheus", "grafana"} <= set(services)
+    assert {"kafka", "redis", "topics", "worker", "qa", "ingress", "prometheus", "grafana"} <= set(
+        services
+    )
     assert services["kafka"]["image"].startswith("apache/kafka:4.")
     assert services["kafka"]["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
 
@@ -149,7 +154,7 @@ def test_streamscribe_services_use_known_settings_and_subcommands() -> None:
     known_envs = {row.env for row in describe_settings()}
     subcommands = _subcommands() | PLANNED_SUBCOMMANDS
     ours = {n: s for n, s in _services().items() if s["image"].startswith("streamscribe:")}
-    assert {"topics", "worker", "qa"} <= set(ours)
+    assert {"topics", "worker", "qa", "ingress"} <= set(ours)
     for name, service in ours.items():
         assert service["command"][0] in subcommands, name
         for env in service["environment"]:
@@ -245,3 +250,23 @@ def test_the_image_s_extras_build_argument_names_what_pip_installs(
     assert shown.stdout == target
     declared = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert set(filter(None, extras.split(","))) <= set(declared["project"]["optional-dependencies"])
+
+
+def test_the_ingress_publishes_its_rtp_range_is_ready_checked_and_scraped() -> None:
+    ingress = _services()["ingress"]
+    env = ingress["environment"]
+    port = IngressSettings().port
+    assert f"{port}:{port}" in ingress["ports"]
+    low, high = (
+        int(env["STREAMSCRIBE_INGRESS_RTP_PORT_MIN"]),
+        int(env["STREAMSCRIBE_INGRESS_RTP_PORT_MAX"]),
+    )
+    assert f"{low}-{high}:{low}-{high}/udp" in ingress["ports"]
+    # Two channels a call: the range bounds the calls, and the call limit says so first.
+    assert int(env["STREAMSCRIBE_INGRESS_MAX_CALLS"]) * 2 <= high - low + 1
+    assert f"127.0.0.1:{port}/readyz" in " ".join(ingress["healthcheck"]["test"])
+    assert env["STREAMSCRIBE_INGRESS_AUTH_TOKEN"].startswith("${STREAMSCRIBE_INGRESS_AUTH_TOKEN")
+    assert "STREAMSCRIBE_INGRESS_AUTH_DISABLED" not in env
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    assert jobs["streamscribe-ingress"]["static_configs"][0]["targets"] == [f"ingress:{port}"]

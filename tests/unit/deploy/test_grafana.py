@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
+from pipeline.ingress.metrics import INGRESS_CATALOGUE
 from pipeline.qa.metrics import QA_CATALOGUE
 from pipeline.runtime.metrics import CATALOGUE
 from tests.conftest import REPO
@@ -59,7 +60,7 @@ def test_every_expression_selects_only_catalogued_metrics() -> None:
 
 def test_every_catalogued_metric_is_on_the_dashboard() -> None:
     shown = set().union(*(metric_names(target["expr"]) for target in _targets(_dashboard())))
-    catalogued = (*CATALOGUE, *QA_CATALOGUE)
+    catalogued = (*CATALOGUE, *QA_CATALOGUE, *INGRESS_CATALOGUE)
     missing = [spec.name for spec in catalogued if not set(spec.series_names) & shown]
     assert missing == []
 

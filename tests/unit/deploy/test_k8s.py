@@ -12,7 +12,13 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator, ValidationError
 
-from pipeline.settings import MetricsSettings, QaSettings, describe_settings, load_settings
+from pipeline.settings import (
+    IngressSettings,
+    MetricsSettings,
+    QaSettings,
+    describe_settings,
+    load_settings,
+)
 from pipeline.topics import load_topic_specs
 from tests.conftest import REPO
 from tests.unit.deploy.k8s_schemas import DEPLOYMENT, SCHEMAS
@@ -165,6 +171,7 @@ def test_kafka_tls_gives_every_kafka_client_and_keda_the_same_ca(tmp_path: Path)
     assert clients == {
         "Deployment/streamscribe-worker",
         "Deployment/streamscribe-qa",
+        "Deployment/streamscribe-ingress",
         "Job/streamscribe-topics",
     }
     scaled = objects["ScaledObject/streamscribe-worker"]["spec"]
@@ -297,8 +304,85 @@ def test_pod_monitors_give_the_job_names_the_alerts_select() -> None:
         ports = {port["name"] for port in pod["spec"]["containers"][0]["ports"]}
         assert {endpoint["port"] for endpoint in monitor["spec"]["podMetricsEndpoints"]} <= ports
     alerts = (REPO / "deploy/prometheus/rules/streamscribe-alerts.yml").read_text()
-    for job in ("streamscribe-worker", "streamscribe-qa"):
+    for job in ("streamscribe-worker", "streamscribe-qa", "streamscribe-ingress"):
         assert f'job="{job}"' in alerts
+
+
+def _env(container: Manifest) -> dict[str, Manifest]:
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_ingress_serves_probes_on_its_port_and_takes_its_token_from_a_secret() -> None:
+    objects = _base()
+    ingress = objects["Deployment/streamscribe-ingress"]
+    container = _container(ingress)
+    assert container["args"] == ["ingress"]
+    (port,) = container["ports"]
+    assert port == {"name": "http", "containerPort": IngressSettings().port, "protocol": "TCP"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert container["envFrom"] == [{"configMapRef": {"name": "streamscribe-settings"}}]
+    env = _env(container)
+    token = env["STREAMSCRIBE_INGRESS_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]
+    secret = objects[f"Secret/{token['name']}"]["stringData"]
+    assert token["name"] != "streamscribe-kafka", "not a Kafka credential: a Secret of its own"
+    assert token["key"] in secret
+    settings = objects["ConfigMap/streamscribe-settings"]["data"]
+    assert "STREAMSCRIBE_INGRESS_AUTH_TOKEN" not in settings
+    assert "STREAMSCRIBE_INGRESS_AUTH_DISABLED" not in settings
+    # The code's default (loopback) would refuse every packet from a media server.
+    assert settings["STREAMSCRIBE_INGRESS_ALLOWED_NETWORKS"] != IngressSettings().allowed_networks
+    advertised = env["STREAMSCRIBE_INGRESS_ADVERTISED_HOST"]["valueFrom"]["fieldRef"]
+    assert advertised == {"fieldPath": "status.podIP"}
+    # One event loop: a whole core, as the benchmark measured it.
+    assert container["resources"]["requests"]["cpu"] == "1"
+    assert "cpu" not in container["resources"]["limits"]  # no throttling of a real-time loop
+    # SIGTERM ends every call and waits for the deliveries (the producer's delivery timeout).
+    grace_s = ingress["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace_s * 1000 > load_settings(path="", env=settings).publisher.delivery_timeout_ms
+
+
+def test_ingress_service_pdb_and_monitor_reach_the_ingress_pods() -> None:
+    objects = _base()
+    ingress = objects["Deployment/streamscribe-ingress"]
+    pod_labels = ingress["spec"]["template"]["metadata"]["labels"]
+    service = objects["Service/streamscribe-ingress"]["spec"]
+    assert service["selector"].items() <= pod_labels.items()
+    (port,) = service["ports"]
+    assert port["targetPort"] == "http"
+    assert port["port"] == IngressSettings().port
+    pdb = objects["PodDisruptionBudget/streamscribe-ingress"]["spec"]
+    assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert ingress["spec"]["replicas"] > pdb["maxUnavailable"], "a drain leaves one gateway"
+    assert pdb["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    strategy = ingress["spec"]["strategy"]["rollingUpdate"]
+    assert strategy == {"maxSurge": 1, "maxUnavailable": 0}
+
+
+def test_the_host_network_overlay_puts_rtp_on_the_node_one_gateway_per_node() -> None:
+    overlay = kustomization(K8S / "overlays/ingress-host-network")
+    assert overlay["resources"] == ["../../base"]
+    base = _base()
+    objects = render(K8S / "overlays/ingress-host-network")
+    changed = {key for key, document in objects.items() if document != base[key]}
+    assert changed == {"Deployment/streamscribe-ingress", "Service/streamscribe-ingress"}
+    deployment = objects["Deployment/streamscribe-ingress"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"  # still resolves the Kafka service
+    env = _env(_container(deployment))
+    advertised = env["STREAMSCRIBE_INGRESS_ADVERTISED_HOST"]["valueFrom"]["fieldRef"]
+    assert advertised == {"fieldPath": "status.hostIP"}
+    assert env.keys() == _env(_container(base["Deployment/streamscribe-ingress"])).keys()
+    # The node's ports: never two gateways on one node, so no surge pod during a rollout.
+    (term,) = pod["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert term["labelSelector"]["matchLabels"].items() <= labels.items()
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    service = objects["Service/streamscribe-ingress"]["spec"]
+    assert service["type"] == "LoadBalancer"
+    assert service["externalTrafficPolicy"] == "Local"
 
 
 def test_built_in_kinds_validate_against_the_upstream_kubernetes_schemas() -> None:
