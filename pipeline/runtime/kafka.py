@@ -19,6 +19,7 @@ from pipeline.settings import KafkaSettings, WorkerSettings
 __all__ = [
     "checkpoint_reader_config",
     "consumer_config",
+    "log_client_error",
     "new_consumer",
     "new_producer",
     "partials_producer_config",
@@ -69,13 +70,14 @@ def with_client_logs(config: Mapping[str, object]) -> dict[str, object]:
     librdkafka writes every line to stderr itself, stamped when it happened, as debugging wants.
     """
     client_id = str(config.get("client.id", "rdkafka"))
-    logs: dict[str, object] = {"error_cb": functools.partial(_log_client_error, client_id)}
+    logs: dict[str, object] = {"error_cb": functools.partial(log_client_error, client_id)}
     if "debug" not in config:
         logs["logger"] = LOGGER
     return {**logs, **config}
 
 
-def _log_client_error(client_id: str, error: KafkaError) -> None:
+def log_client_error(client_id: str, error: KafkaError) -> None:
+    """Log a client error as ``with_client_logs`` does (for a caller with its own ``error_cb``)."""
     # librdkafka logs the cause of a client error itself (a refused connection is a FAIL
     # line too), so most would double a line: a fatal error is worth its own, and "all brokers
     # down" (which no line says) a note.

@@ -75,6 +75,7 @@ from pipeline.runtime.checkpoint_reader import CheckpointReadCutError, Checkpoin
 from pipeline.runtime.kafka import (
     DEAD_LETTER_MAX_VALUE_BYTES,
     consumer_config,
+    log_client_error,
     new_consumer,
     new_producer,
     partials_producer_config,
@@ -230,6 +231,8 @@ class AsrWorker:
         self._commit_deadline: float | None = None
         # Partitions were lost: the others rewind before the next records are handled.
         self._rewind_pending = False
+        # Every broker unreachable, as the consumer last said (``_on_consumer_error``).
+        self._brokers_down = False
         self._faults = Faults.of(self._worker.faults)
         if self._faults:
             logger.warning("fault points armed (tests only): %s", self._worker.faults)
@@ -284,7 +287,8 @@ class AsrWorker:
         except KafkaException as error:
             self._tx.poll(0)  # its librdkafka lines (why: a refused connection) show first
             raise InfrastructureError(f"cannot start Kafka transactions: {error}") from None
-        self._consumer = new_consumer(consumer_config(kafka, self._worker, self.worker_id))
+        config = consumer_config(kafka, self._worker, self.worker_id)
+        self._consumer = new_consumer({**config, "error_cb": self._on_consumer_error})
         self._check_checkpoint_partitions()
         self.status.model_loaded = True
         self._progressed()
@@ -312,6 +316,8 @@ class AsrWorker:
         records = self._consumer.consume(
             num_messages=self._worker.poll_batch, timeout=self._worker.poll_timeout_ms / 1000
         )
+        if records:
+            self._brokers_down = False  # records come from a broker
         self._tick_fetch_clock()
         if self._rewind_pending:
             # Partitions were lost during the poll and the others' staged output was dropped:
@@ -365,6 +371,13 @@ class AsrWorker:
         self._tx.poll(0)
         self._metrics.set_active_sessions(len(self._engine.sessions))
         self._progressed()
+
+    def _on_consumer_error(self, error: KafkaError) -> None:
+        """The consumer's client errors (on the loop's thread, inside ``consume``): logged,
+        and "all brokers down" stops the fetch clock until records come or a commit passes."""
+        log_client_error(f"streamscribe-worker-{self.worker_id}", error)
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self._brokers_down = True
 
     def _progressed(self) -> None:
         """The loop is not stuck: an iteration finished, or a Kafka call returned."""
@@ -738,10 +751,12 @@ class AsrWorker:
     # -- sessions --------------------------------------------------------------------------
 
     def _tick_fetch_clock(self) -> None:
-        """Advance the fetch clock by the time since the last poll: not while paused, and by
-        at most ``FETCH_CLOCK_MAX_TICK_MS`` per iteration."""
+        """Advance the fetch clock by the time since the last poll: not while paused, not while
+        every broker is unreachable (a broker outage is no caller's silence: counted, it
+        closed every session of a long one, and their audio after it was refused), and by at
+        most ``FETCH_CLOCK_MAX_TICK_MS`` per iteration."""
         now_ms = self._clock.now_ms()
-        if self._fetch_tick_ms is not None and not self.status.paused:
+        if self._fetch_tick_ms is not None and not self.status.paused and not self._brokers_down:
             self._fetch_clock_ms += min(
                 max(0, now_ms - self._fetch_tick_ms), FETCH_CLOCK_MAX_TICK_MS
             )
@@ -839,6 +854,7 @@ class AsrWorker:
         finally:
             self._commit_deadline = None
         self._transaction_began_s = None
+        self._brokers_down = False  # the transaction coordinator answered
         self.status.commits += 1
         finals = self._count_committed()
         # The loop's own view of Kafka (the /readyz probe's is only taken when probed).

@@ -431,6 +431,36 @@ def test_a_paused_or_stalled_worker_does_not_take_silence_for_hang_ups() -> None
     assert _types(producer).count("session_ended") == 2
 
 
+def test_a_broker_outage_is_not_taken_for_silence() -> None:
+    # While every broker was unreachable the fetch clock ran (consume returned at once, empty):
+    # an outage longer than the idle timeout ended every session, and the audio each call sent
+    # after it was dead-lettered as call_already_ended.
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock)
+    worker._consumer.queue = _speaking(2, 1)
+    worker._iteration()
+    worker._on_consumer_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "all brokers down"))
+    worker._commit = lambda: None  # type: ignore[method-assign]  # no broker to commit to
+    for _ in range(60):  # a minute without a broker
+        clock.advance(1_000)
+        worker._iteration()
+    assert {key.call_id for key in worker._engine.sessions} == {"call-0", "call-1"}
+    assert not any(session.end_pending for session in worker._engine.sessions.values())
+    del worker._commit
+    worker._consumer.queue = [_chunk("other", seq, 1000 + seq) for seq in range(50)]
+    worker._iteration()  # a broker again: records flow (another call's)
+    for _ in range(30):  # then 30 s of fetching without a chunk of theirs: now they are idle
+        clock.advance(1_100)
+        worker._iteration()
+    worker._commit()
+    ended = {
+        orjson.loads(value)["call_id"]
+        for topic, _, value, _ in producer.committed
+        if "events" in topic and orjson.loads(value)["type"] == "session_ended"
+    }
+    assert {"call-0", "call-1"} <= ended
+
+
 def test_a_session_restored_by_a_takeover_is_closed_when_its_caller_is_gone() -> None:
     # The publisher died without end-of-stream; the owner checkpointed the quiet session and
     # died too. The survivor gets no chunk of it, ever: the idle timeout still ends it.
