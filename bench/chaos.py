@@ -37,12 +37,15 @@ import shutil
 import signal
 import subprocess
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench.common import REPO, Target, bench_parser, markdown_table, write_results
 from bench.e2e import (
@@ -309,7 +312,8 @@ def run(
     rng = random.Random(seed)
     duration_s = minutes * 60
     LOG_DIR.mkdir(parents=True, exist_ok=True)
-    prefix = f"chaos-{seed}-{rng.randrange(16**6):06x}."
+    # Not from the seeded generator: a rerun of a seed must not overwrite the last one's logs.
+    prefix = f"chaos-{seed}-{uuid.uuid4().hex[:6]}."
     broker = OwnBroker(port)
     with broker.running():
         kafka = KafkaSettings(bootstrap_servers=broker.bootstrap, topic_prefix=prefix)
@@ -352,8 +356,13 @@ def run(
                     member.process.terminate()
             reader.stop()
         finals = [r.value for r in reader.snapshot(finals_topic)]
+        events = [r.value for r in reader.snapshot(events_topic)]
         TopicAdmin(kafka).delete([spec.name for spec in load_topic_specs(prefix=prefix)])
     expected = embedded_finals(audio)
+    # Kept beside the worker logs for a post-mortem: the topics and the broker are gone.
+    (LOG_DIR / f"{prefix}records.json").write_bytes(
+        orjson.dumps({"finals": finals, "events": events, "expected": expected, "plan": plan})
+    )
     return {
         "seed": seed,
         "minutes": minutes,
