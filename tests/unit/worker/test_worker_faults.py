@@ -347,3 +347,34 @@ def test_a_worker_starting_while_the_coordinator_loads_waits_for_it(monkeypatch:
     worker._iteration = worker.stop  # type: ignore[method-assign,assignment]
     worker.run()
     assert producer.refusals == []
+
+
+class _CommitGoesOn(_LoopProducer):
+    """A commit that timed out and goes on in the background: the abort is refused with
+    librdkafka's (retriable) _CONFLICT for as long as it lasts."""
+
+    aborts_tried = 0
+
+    def commit_transaction(self, *_: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "flush timed out"))
+
+    def abort_transaction(self, *_: Any) -> None:
+        self.aborts_tried += 1
+        raise KafkaException(KafkaError(KafkaError._CONFLICT, "commit in progress", retriable=True))
+
+
+def test_an_abort_refused_for_a_commit_in_progress_replaces_the_producer_at_once(
+    monkeypatch: Any,
+) -> None:
+    monkeypatch.setattr("pipeline.runtime.transactions.time.sleep", lambda s: None)
+    worker, _, consumer = _looping(monkeypatch, _Says(), [])
+    worker._tx = stuck = _CommitGoesOn()
+    fresh = _LoopProducer()
+    worker._transactional_producer = lambda: fresh  # type: ignore[method-assign]
+    worker._consumer, worker._partials = consumer, _Partials()
+    worker._restore([0])
+    for record in _utterances(["A"])[:20]:
+        worker._handle(record)
+    worker._commit()
+    assert stuck.aborts_tried == 1  # not retried for the abort's whole budget
+    assert worker._tx is fresh
