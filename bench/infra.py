@@ -129,12 +129,15 @@ def committed_lag(bootstrap: str, group_id: str, topic: str) -> dict[str, int] |
 
 @dataclass(frozen=True, slots=True)
 class ReceivedRecord:
-    """One JSON record as a reader saw it: topic, partition, wall time received, content."""
+    """One JSON record as a reader saw it: topic, partition, wall time received, content, and
+    its offset (-1: not known). A client may deliver a record again after a broker restart
+    (its fetch position reset): the offset tells a re-read from a record produced twice."""
 
     topic: str
     partition: int
     received_ms: int
     value: dict[str, Any]
+    offset: int = -1
 
 
 @dataclass
@@ -172,7 +175,9 @@ class TopicReader:
                 batch = consumer.consume(num_messages=500, timeout=0.05)
                 received_ms = time.time_ns() // 1_000_000
                 parsed = [
-                    ReceivedRecord(m.topic(), m.partition(), received_ms, orjson.loads(m.value()))
+                    ReceivedRecord(
+                        m.topic(), m.partition(), received_ms, orjson.loads(m.value()), m.offset()
+                    )
                     for m in batch
                     if m.error() is None and m.value() is not None
                 ]
