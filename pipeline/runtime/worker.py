@@ -223,8 +223,8 @@ class AsrWorker:
         self._consumer: Any = None
         self._tx: Any = None
         self._partials: Any = None
-        # Between begin_transaction and its commit or abort: what a crash must abort.
-        self._transaction_open = False
+        # When the open transaction began (monotonic s), None between transactions: what a
+        # crash must abort, and whether the broker may have timed it out (``_raise_if_fenced``).
         self._transaction_began_s: float | None = None
         # The open commit's own bound (monotonic s): its calls are retried until then, never
         # past the broker's transaction timeout (``_commit``).
@@ -490,11 +490,11 @@ class AsrWorker:
         owner then reads their checkpoints at once instead of waiting for the broker to time
         the transaction out. Failing that, the broker's timeout aborts it."""
         producer = self._tx
-        if not self._transaction_open or producer is None:
+        if self._transaction_began_s is None or producer is None:
             return
         try:
             bounded(lambda: producer.abort_transaction(bound_s), bound_s)
-            self._transaction_open = False
+            self._transaction_began_s = None
         except (KafkaException, StuckCallError) as error:
             logger.warning("the open transaction was not aborted (the broker will): %s", error)
 
@@ -812,7 +812,6 @@ class AsrWorker:
         )
         try:
             producer.begin_transaction()
-            self._transaction_open = True
             self._transaction_began_s = time.monotonic()
             for record in self._outbox.records:
                 producer.produce(
@@ -840,7 +839,7 @@ class AsrWorker:
                 cut_off=self._cut_off,
                 progress=self._progressed,
             )
-            self._transaction_open = False
+            self._transaction_began_s = None
         except (KafkaException, StuckCallError) as error:
             self._commit_deadline = None
             self._outbox.discard()  # the rewind handles the records again
@@ -853,7 +852,6 @@ class AsrWorker:
             return
         finally:
             self._commit_deadline = None
-        self._transaction_began_s = None
         self._brokers_down = False  # the transaction coordinator answered
         self.status.commits += 1
         finals = self._count_committed()
@@ -1031,8 +1029,7 @@ class AsrWorker:
                     error = stuck
                 finally:
                     self._commit_deadline = None
-        self._transaction_open = False  # aborted, or its producer is replaced
-        self._transaction_began_s = None
+        self._transaction_began_s = None  # aborted, or its producer is replaced
         if cause is not RewindCause.FAILED:
             logger.error("%s; replacing the transactional producer and rewinding", error)
             self._replace_producer()
