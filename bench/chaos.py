@@ -62,7 +62,7 @@ from pipeline.runtime.admin import TopicAdmin
 from pipeline.settings import KafkaSettings
 from pipeline.topics import TopicRole, load_topic_specs, topic_name
 
-__all__ = ["Fault", "Nemesis", "OwnBroker", "plan_faults", "run", "verdict"]
+__all__ = ["Fault", "Nemesis", "OwnBroker", "plan_faults", "process_stopped", "run", "verdict"]
 
 NAME = "chaos"
 CHAOS_KAFKA_PORT = 19292
@@ -221,11 +221,7 @@ class _Member:
         if not self.alive():
             return False
         assert self.process is not None
-        try:
-            stat = Path(f"/proc/{self.process.pid}/stat").read_text()
-        except OSError:
-            return False
-        return stat.rsplit(")", 1)[1].split()[0] == "T"
+        return process_stopped(self.process.pid)
 
     def reap(self) -> None:
         """Note an exit and schedule the restart."""
@@ -235,6 +231,16 @@ class _Member:
         self.exits[str(code)] += 1
         self.restart_at = time.monotonic() + RESTART_AFTER_EXIT_S
         self.next_armed = ""
+
+
+def process_stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (state T in ``/proc``, as ``SIGSTOP`` leaves it);
+    False when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
 
 
 class Nemesis:

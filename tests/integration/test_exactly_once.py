@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from bench.chaos import process_stopped
 from pipeline.runtime.checkpoint_reader import read_checkpoints
 from pipeline.worker.checkpoint import PARTITION_KEY, PartitionCheckpoint, encode_key
 from tests.integration.worker_harness import (
@@ -159,9 +160,8 @@ def _wait_frozen(worker: WorkerProcess, timeout_s: float) -> None:
     """Until the process is stopped (state T in /proc), as the ``stop`` fault leaves it."""
     assert worker.process is not None
     deadline = time.monotonic() + timeout_s
-    stat = Path(f"/proc/{worker.process.pid}/stat")
     while time.monotonic() < deadline:
-        if stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+        if process_stopped(worker.process.pid):
             return
         time.sleep(0.1)
     raise AssertionError(f"the fault never froze the worker: {worker.log()}")
