@@ -26,7 +26,14 @@ function of the audio: ``docs/decisions/0002``): **lost** (expected, never publi
 not have), **text differs**. The targets are 0 for each.
 
 ``--quick``: 1.5 minutes; ``make test`` runs about that in ``tests/integration/test_chaos.py``.
-Writes ``bench/results/chaos.json`` and ``.md``; the worker logs go to ``LOG_DIR``.
+Writes ``bench/results/chaos.json`` and ``.md``; the worker logs go to ``LOG_DIR``, and for a
+post-mortem each run leaves there ``<prefix>records.json`` (finals, events, the expected finals,
+the plan) and ``<prefix>topics.json`` (every audio record's key, headers and offset, every
+checkpoint and dead letter, committed or not). ``CHAOS_KAFKA_PORT`` moves the run's broker
+(default 19292) and ``CHAOS_WORKER_LOG_LEVEL`` sets the workers' log level (default INFO). The
+publisher waits up to 5 minutes for a delivery: a broker restart on a loaded machine takes far
+longer than the 30 s default, and audio lost at the source would be no worker's loss (a publisher
+that still fails ends the run with its error).
 """
 
 from __future__ import annotations
@@ -65,7 +72,10 @@ from pipeline.topics import TopicRole, load_topic_specs, topic_name
 __all__ = ["Fault", "Nemesis", "OwnBroker", "plan_faults", "process_stopped", "run", "verdict"]
 
 NAME = "chaos"
-CHAOS_KAFKA_PORT = 19292
+PUBLISH_DELIVERY_TIMEOUT_MS = 300_000
+"""The publisher's delivery timeout (librdkafka's default): a broker restart takes well over
+the 30 s default on a loaded machine, and audio lost at the source is no worker's loss."""
+CHAOS_KAFKA_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "19292"))
 WORKERS = ("w-1", "w-2", "w-3")
 CALLS_PER_WAVE = 3
 FULL_MINUTES = 10.0
@@ -200,7 +210,7 @@ class _Member:
         env |= {
             "STREAMSCRIBE_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "STREAMSCRIBE_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
-            "STREAMSCRIBE_LOG_LEVEL": "INFO",
+            "STREAMSCRIBE_LOG_LEVEL": os.environ.get("CHAOS_WORKER_LOG_LEVEL", "INFO"),
         }
         if armed:
             env["STREAMSCRIBE_FAULTS"] = armed
@@ -342,7 +352,9 @@ def run(
             while time.monotonic() - started < duration_s:
                 calls = live_calls(CALLS_PER_WAVE, f"wave{wave}", seed + wave)
                 audio |= {call.call_id: call.audio for call in calls}
-                publisher = PacedPublisher(kafka, calls).start()
+                publisher = PacedPublisher(
+                    kafka, calls, delivery_timeout_ms=PUBLISH_DELIVERY_TIMEOUT_MS
+                ).start()
                 while not publisher.done.is_set():
                     nemesis.tick(time.monotonic() - started)
                     time.sleep(0.5)
@@ -366,6 +378,7 @@ def run(
         finals = list({(r.partition, r.offset): r.value for r in received}.values())
         rereads = len(received) - len(finals)
         events = [r.value for r in reader.snapshot(events_topic)]
+        dump_topics(kafka, prefix, LOG_DIR / f"{prefix}topics.json")
         TopicAdmin(kafka).delete([spec.name for spec in load_topic_specs(prefix=prefix)])
     expected = embedded_finals(audio)
     # Kept beside the worker logs for a post-mortem: the topics and the broker are gone.
@@ -388,6 +401,63 @@ def run(
         "worker_exits": {m.worker_id: dict(m.exits) for m in members},
         **verdict(expected, finals),
     }
+
+
+def dump_topics(kafka: KafkaSettings, prefix: str, path: Path) -> None:
+    """Every record of the run's audio (key, headers, offset: not the samples), checkpoints
+    and dead letters, committed or not, for a post-mortem once the broker is gone."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    dumped: dict[str, list[dict[str, Any]]] = {}
+    for role in (TopicRole.AUDIO_CHUNKS, TopicRole.CHECKPOINTS, TopicRole.DLQ):
+        name = topic_name(role, prefix)
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": kafka.bootstrap_servers,
+                    "group.id": f"chaos-dump-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "isolation.level": isolation,
+                }
+            )
+            try:
+                metadata = consumer.list_topics(name, timeout=10).topics[name]
+                partitions = [TopicPartition(name, p, 0) for p in metadata.partitions]
+                consumer.assign(partitions)
+                ends = {
+                    p.partition: consumer.get_watermark_offsets(p, timeout=10)[1]
+                    for p in partitions
+                }
+                rows: list[dict[str, Any]] = []
+                done: set[int] = {p for p, end in ends.items() if end <= 0}
+                deadline = time.monotonic() + 60
+                while len(done) < len(ends) and time.monotonic() < deadline:
+                    for m in consumer.consume(500, 1.0):
+                        if m.error() is not None:
+                            continue
+                        value = m.value()
+                        row: dict[str, Any] = {
+                            "partition": m.partition(),
+                            "offset": m.offset(),
+                            "timestamp_ms": m.timestamp()[1],
+                            "key": (m.key() or b"").decode("utf-8", "replace"),
+                            "headers": {
+                                k: (v or b"").decode("utf-8", "replace")
+                                for k, v in (m.headers() or [])
+                            },
+                        }
+                        if role is not TopicRole.AUDIO_CHUNKS and value is not None:
+                            row["value"] = value.decode("utf-8", "replace")
+                        row["tombstone"] = value is None
+                        rows.append(row)
+                        if m.offset() + 1 >= ends[m.partition()]:
+                            done.add(m.partition())
+                    positions = consumer.position(partitions)
+                    done |= {p.partition for p in positions if p.offset >= ends[p.partition]}
+                dumped[f"{role.value}:{isolation}"] = rows
+            finally:
+                consumer.close()
+    path.write_bytes(orjson.dumps(dumped))
 
 
 def _wait_until(predicate: Any, timeout_s: float) -> bool:

@@ -50,6 +50,7 @@ before its finals); 0 finals lost or duplicated. Before the VAD-only catch-up: 1
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
@@ -249,6 +250,10 @@ class PacedPublisher:
 
     kafka: KafkaSettings
     calls: list[_LiveCall]
+    delivery_timeout_ms: int | None = None
+    """How long a chunk may wait for the broker (default: the publisher setting's): the
+    chaos bench's broker outages, slower to recover on a loaded machine, must not lose audio
+    at the source (that would be the publisher's loss, not the workers')."""
     error: list[BaseException] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
     records: int = 0
@@ -262,7 +267,15 @@ class PacedPublisher:
 
     def _run(self) -> None:
         epoch_offset_s = time.time() - time.monotonic()
-        publisher = AudioPublisher.connect(Settings(kafka=self.kafka))
+        settings = Settings(kafka=self.kafka)
+        if self.delivery_timeout_ms is not None:
+            settings = dataclasses.replace(
+                settings,
+                publisher=dataclasses.replace(
+                    settings.publisher, delivery_timeout_ms=self.delivery_timeout_ms
+                ),
+            )
+        publisher = AudioPublisher.connect(settings)
         try:
             for call in self.calls:
                 call.anchor_capture_ms = round((call.start_s + epoch_offset_s) * 1000)
@@ -301,7 +314,10 @@ class PacedPublisher:
         except BaseException as error:  # surfaced by join()
             self.error.append(error)
         finally:
-            publisher.close(60)
+            try:
+                publisher.close(60)
+            except BaseException as error:  # a failed delivery seen only now: join() raises it
+                self.error.append(error)
             self.done.set()
 
     def join(self, timeout_s: float = 600) -> None:
