@@ -296,8 +296,15 @@ class WorkerSettings:
     idle_timeout_ms: int = setting(
         30000,
         "IDLE_TIMEOUT_MS",
-        "close a session after this long without its audio (time spent fetching: pauses and "
-        "stalls do not count)",
+        "close a session after this long without its audio while its partition delivers "
+        "other records (pauses, stalls and outages do not count)",
+        minimum=1,
+    )
+    quiet_idle_timeout_ms: int = setting(
+        300_000,
+        "QUIET_IDLE_TIMEOUT_MS",
+        "close a session after this long without its audio when its partition delivers no "
+        "record at all (time spent fetching; a publisher or broker outage looks the same)",
         minimum=1,
     )
     ended_retention_ms: int = setting(

@@ -554,6 +554,7 @@ class AsrWorker:
         if progress is None:
             return  # revoked while this batch was in flight
         progress.consumed(offset)
+        progress.delivered(self._fetch_clock_ms)
         replaying = offset <= progress.handled_through
         headers = readable_headers(record)
         if headers is None:
@@ -617,6 +618,7 @@ class AsrWorker:
         self._audio_ms_since_step += duration_ms
         session.needed_offsets.append(offset)
         session.last_activity_ms = self._fetch_clock_ms
+        session.last_flowing_ms = progress.flowing_ms
         session.last_offset = offset
         session.dirty = True
         feed_chunk(self._engine, key, chunk, offset)
@@ -789,15 +791,26 @@ class AsrWorker:
         self._fetch_tick_ms = now_ms
 
     def _close_idle_sessions(self) -> None:
-        """End sessions that got no chunk for ``idle_timeout_ms`` of fetching (a caller that
-        vanished without end-of-stream), restored ones included."""
+        """End sessions whose caller vanished without end-of-stream, restored ones included:
+        no chunk of theirs while their partition delivered records for ``idle_timeout_ms``
+        (its flow clock), or none for ``quiet_idle_timeout_ms`` of fetching while it delivered
+        nothing at all (a lone call gone; an outage looks the same, hence the longer wait).
+
+        Measured on the fetch clock alone, a publisher cut off from Kafka for longer than the
+        idle timeout (a broker restart on a loaded machine, a takeover's first fetch) closed
+        every call it was sending, and their audio, delivered late, was refused as after
+        their end (found by bench/chaos.py)."""
         now_ms = self._fetch_clock_ms
         timeout_ms = self._worker.idle_timeout_ms
+        quiet_timeout_ms = self._worker.quiet_idle_timeout_ms
         for progress in self._book.partitions.values():
             for key, session in progress.sessions.items():
                 if (
                     not session.ended
-                    and now_ms - session.last_activity_ms > timeout_ms
+                    and (
+                        progress.flowing_ms - session.last_flowing_ms > timeout_ms
+                        or now_ms - session.last_activity_ms > quiet_timeout_ms
+                    )
                     and self._engine.knows(key)  # a cold resume is only expected until a chunk
                 ):
                     self._engine.close(key)
@@ -805,6 +818,7 @@ class AsrWorker:
                     # after an end-of-stream (dead-lettered), not fed to a stream that is over.
                     self._admission.end(key)
                     session.last_activity_ms = now_ms
+                    session.last_flowing_ms = progress.flowing_ms
 
     # -- commits ---------------------------------------------------------------------------
 
@@ -1387,6 +1401,7 @@ class AsrWorker:
         session.finals_suppressed = checkpoint.finals_suppressed
         # Idle from now on: a caller gone before the takeover still gets its session closed.
         session.last_activity_ms = self._fetch_clock_ms
+        session.last_flowing_ms = progress.flowing_ms
         self._book.own(key, progress.partition)
         snapshot, admission = checkpoint.snapshot, checkpoint.admission
         if snapshot is None or admission is None:

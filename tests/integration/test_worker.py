@@ -962,7 +962,14 @@ def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
         ["utterances/utt01_account.flac", "utterances/utt02_billing.flac"], prefix=""
     )
     call_id = f"{topics.topic_prefix}flush"
-    worker = _worker(topics, group_id, "w-flush", tmp_path, STREAMSCRIBE_IDLE_TIMEOUT_MS="4000")
+    worker = _worker(
+        topics,
+        group_id,
+        "w-flush",
+        tmp_path,
+        STREAMSCRIBE_IDLE_TIMEOUT_MS="4000",
+        STREAMSCRIBE_QUIET_IDLE_TIMEOUT_MS="4000",  # the only call of its partition
+    )
     publisher = AudioPublisher.connect(Settings(kafka=topics))
     try:
         call = publisher.open_call(call_id)

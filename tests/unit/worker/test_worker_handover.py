@@ -272,7 +272,8 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
         worker._handle(_chunk("c1", seq, seq, loud=True))
     worker._engine.step(max_jobs=0)
     worker._tick_fetch_clock()
-    for _ in range(worker._worker.idle_timeout_ms // 500 + 2):  # no chunk for the idle timeout
+    # No record at all (a lone call): closed after the quiet-partition timeout.
+    for _ in range(worker._worker.quiet_idle_timeout_ms // 500 + 2):
         clock.advance(500)
         worker._tick_fetch_clock()
     worker._close_idle_sessions()

@@ -424,8 +424,9 @@ def test_a_paused_or_stalled_worker_does_not_take_silence_for_hang_ups() -> None
     assert not worker.status.paused
     worker._commit()
     assert "session_ended" not in _types(producer)
-    for _ in range(30):  # 30 s of fetching without a chunk: now they are idle
+    for seq in range(30):  # 30 s of another call's audio without a chunk of theirs: idle now
         clock.advance(1_100)
+        worker._consumer.queue = [_chunk("other", seq, 100 + seq)]
         worker._iteration()
     worker._commit()
     assert _types(producer).count("session_ended") == 2
@@ -449,8 +450,9 @@ def test_a_broker_outage_is_not_taken_for_silence() -> None:
     del worker._commit
     worker._consumer.queue = [_chunk("other", seq, 1000 + seq) for seq in range(50)]
     worker._iteration()  # a broker again: records flow (another call's)
-    for _ in range(30):  # then 30 s of fetching without a chunk of theirs: now they are idle
+    for seq in range(50, 80):  # then 30 s of its audio without a chunk of theirs: idle now
         clock.advance(1_100)
+        worker._consumer.queue = [_chunk("other", seq, 1000 + seq)]
         worker._iteration()
     worker._commit()
     ended = {
@@ -459,6 +461,28 @@ def test_a_broker_outage_is_not_taken_for_silence() -> None:
         if "events" in topic and orjson.loads(value)["type"] == "session_ended"
     }
     assert {"call-0", "call-1"} <= ended
+
+
+def test_a_publisher_cut_off_longer_than_the_idle_timeout_closes_no_call() -> None:
+    # Found by bench/chaos.py: after broker restarts on a loaded machine the publisher's
+    # records stopped for 33 s of the worker's fetching (its producer waiting for the
+    # coordinator) while the worker fetched fine; the 30 s idle timeout closed both calls of
+    # the partition, and their audio, delivered a moment later, was refused as after their end.
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock)
+    worker._consumer.queue = _speaking(2, 1)
+    worker._iteration()
+    for _ in range(60):  # a minute of fetching, nothing delivered on the partition
+        clock.advance(1_000)
+        worker._iteration()
+    worker._consumer.queue = [
+        _chunk(f"call-{n}", seq, 100 + 2 * seq + n) for seq in range(50, 100) for n in range(2)
+    ]
+    worker._iteration()  # the audio they sent meanwhile arrives
+    worker._commit()
+    assert "session_ended" not in _types(producer)
+    assert worker.status.dead_letters == 0
+    assert worker._admission.state(("call-1", "mono")).next_seq == 100  # type: ignore[union-attr]
 
 
 def test_a_session_restored_by_a_takeover_is_closed_when_its_caller_is_gone() -> None:
@@ -470,7 +494,7 @@ def test_a_session_restored_by_a_takeover_is_closed_when_its_caller_is_gone() ->
     first._iteration()
     first._commit()
     survivor, producer = _takeover(clock, committed)
-    for _ in range(40):
+    for _ in range(310):  # the partition delivers nothing: the quiet-partition timeout ends it
         clock.advance(1_000)
         survivor._iteration()
     survivor._commit()
@@ -586,7 +610,7 @@ def test_a_call_resumed_cold_whose_caller_is_gone_is_still_closed_with_its_whole
     # session_ended also counted only the audio heard after the resume.
     clock = ManualClock(1_000_000)
     survivor, producer = _takeover_of_an_unusable_snapshot(clock)
-    for _ in range(40):  # 40 s of fetching, past the 30 s idle timeout; no chunk of c1
+    for _ in range(310):  # past the 5 min quiet-partition timeout; no record at all
         clock.advance(1_000)
         survivor._iteration()
     survivor._commit()
