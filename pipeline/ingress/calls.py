@@ -133,8 +133,16 @@ class RtpReceiver:
     meanwhile refuses the held one (``unexpected_ssrc``).
     """
 
-    def __init__(self, spec: ChannelSpec, policy: SourcePolicy, jitter: JitterConfig) -> None:
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        policy: SourcePolicy,
+        jitter: JitterConfig,
+        encoding: Encoding | None = None,
+    ) -> None:
         self.spec = spec
+        self.encoding = encoding or spec.encoding
+        """What the channel publishes (a re-INVITE may change the codec, never this)."""
         self._policy = policy
         self._buffer = JitterBuffer(jitter)
         self._source: tuple[str, int] | None = None
@@ -168,7 +176,7 @@ class RtpReceiver:
         elif packet.payload_type == COMFORT_NOISE_PAYLOAD_TYPE:
             pass  # its span is filled with silence by the next audio packet's timestamp
         elif self._takes_audio(packet.payload_type):
-            audio = self.spec.codec.to_contract_payload(packet.payload)
+            audio = self.spec.codec.to_encoding(packet.payload, self.encoding)
             if audio is None:
                 return _refuse(RejectReason.BAD_PAYLOAD, f"{len(packet.payload)} bytes of L16")
         else:
@@ -196,6 +204,15 @@ class RtpReceiver:
         return Received.of(
             self._buffer.push(packet.sequence_number, packet.timestamp, audio, arrival_ms), dtmf
         )
+
+    def renegotiate(self, spec: ChannelSpec) -> None:
+        """A re-INVITE changed what the channel carries: from now on ``spec``'s payload
+        types, converted to the channel's encoding, from whichever allowed source sends
+        first (a transfer or a new media server). Its packets continue the same timeline
+        (a new SSRC or sequence is a discontinuity, as always)."""
+        self.spec = spec
+        self._payload_type = spec.payload_type or spec.codec.static_payload_type
+        self._source = None
 
     def _takes_audio(self, payload_type: int) -> bool:
         if self._payload_type is None and 96 <= payload_type <= 127:
@@ -259,6 +276,8 @@ class Call:
     created_ms: int
     last_media_ms: int | None = None
     origin_ms: int | None = None
+    held: bool = False
+    """On hold (signalled by SIP): no media is expected, so the idle timeout waits."""
     _channels: dict[str, _ChannelTimeline] = field(default_factory=dict)
 
     @property
@@ -335,5 +354,5 @@ class CallRegistry:
         return [
             call.call_id
             for call in self._calls.values()
-            if now_ms - call.idle_since_ms() >= idle_timeout_ms
+            if not call.held and now_ms - call.idle_since_ms() >= idle_timeout_ms
         ]

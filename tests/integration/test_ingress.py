@@ -60,6 +60,8 @@ class RunningGateway:
                 "rtp_bind": "127.0.0.1",
                 "rtp_port_min": port_min,
                 "rtp_port_max": port_min + 19,
+                "sip_bind": "127.0.0.1",
+                "sip_port": 0,
                 "auth_token": TOKEN,
                 "record_ms": RECORD_MS,
                 **ingress,
@@ -597,6 +599,8 @@ def test_sigterm_ends_every_open_call_with_end_of_stream(topics: KafkaSettings) 
         "STREAMSCRIBE_INGRESS_BIND": "127.0.0.1",
         "STREAMSCRIBE_INGRESS_RTP_PORT_MIN": "43900",
         "STREAMSCRIBE_INGRESS_RTP_PORT_MAX": "43999",
+        "STREAMSCRIBE_INGRESS_SIP_BIND": "127.0.0.1",
+        "STREAMSCRIBE_INGRESS_SIP_PORT": "0",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "ingress"],

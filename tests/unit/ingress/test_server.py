@@ -39,6 +39,8 @@ def run(
             "rtp_bind": "127.0.0.1",
             "rtp_port_min": port_min,
             "rtp_port_max": port_min + 9,
+            "sip_bind": "127.0.0.1",
+            "sip_port": 0,
             "auth_token": TOKEN,
             **ingress,
         }
