@@ -632,6 +632,13 @@ class IngressSettings:
         minimum=0,
         maximum=10_000,
     )
+    reorder_start_hold_ms: int = setting(
+        40,
+        "INGRESS_REORDER_START_HOLD_MS",
+        "how long a stream's first packets wait to be reordered (0: the first one starts it)",
+        minimum=0,
+        maximum=1000,
+    )
     max_gap_ms: int = setting(
         10_000,
         "INGRESS_MAX_GAP_MS",

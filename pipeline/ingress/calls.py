@@ -109,6 +109,8 @@ class Received:
     discontinuity: bool = False
     dtmf: TelephoneEvent | None = None
     """Set once per telephone event, on its first end packet (RFC 4733 sends three)."""
+    started_ms: int | None = None
+    """The stream's first arrival, when a start hold let its first audio out later."""
 
     @classmethod
     def of(cls, release: Release, dtmf: TelephoneEvent | None = None) -> Received:
@@ -120,6 +122,7 @@ class Received:
             release.filled_samples,
             release.discontinuity,
             dtmf,
+            release.started_ms,
         )
 
 

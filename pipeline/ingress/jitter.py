@@ -15,6 +15,9 @@ Contracts:
   (``expire`` with the current time releases those without a new packet).
 - A packet already received (waiting or released) is a ``DUPLICATE``; one older than the audio
   already released is ``LATE``: both are dropped and counted, never output.
+- **Start hold** (``start_hold_ms`` > 0): the first packets of a stream wait up to that long
+  (or until ``depth_packets`` wait) before the stream starts, at the earliest of them: a
+  stream's first packets overtaken by the second are reordered, not dropped as late.
 - A jump of the sequence number (more than ``max_dropout_packets`` ahead or
   ``max_misorder_packets`` behind, RFC 3550 A.1) or of the timestamp (more than ``max_gap_ms``)
   and every new source is a ``discontinuity``: the waiting packets are released, the silence
@@ -57,6 +60,7 @@ class JitterConfig:
     max_gap_ms: int = 10_000
     max_dropout_packets: int = 3000
     max_misorder_packets: int = 100
+    start_hold_ms: int = 0
 
     @property
     def max_gap_samples(self) -> int:
@@ -78,6 +82,9 @@ class Release:
     lost_packets: int = 0
     filled_samples: int = 0
     discontinuity: bool = False
+    started_ms: int | None = None
+    """Set when this release starts the stream after a start hold: the first packet's arrival
+    (where the channel begins on the call's timeline, not when the hold let it out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +108,14 @@ class JitterBuffer:
         self._last_arrival_ms = 0
         self._last_duration_ms = 0
         self._last_transit_ms: float | None = None
+        self._held: list[tuple[int, int, bytes | None, int]] = []
+        """The first packets while the start hold lasts: (sequence, timestamp, audio, arrival)."""
         self.jitter_ms = 0.0
         """RFC 3550 §6.4.1 interarrival jitter estimate of the current stream, milliseconds."""
 
     @property
     def waiting_packets(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._held)
 
     def push(
         self,
@@ -121,6 +130,8 @@ class JitterBuffer:
         audio, such as a telephone event or comfort noise) and release what is now due."""
         config = self._config
         if not self._started:
+            if config.start_hold_ms > 0:
+                return self._hold(sequence_number, timestamp, audio, arrival_ms)
             self._start(sequence_number, timestamp, _EPOCH)
             return self._accept(self._next_ext, timestamp, audio, arrival_ms, False)
         ahead = _signed(sequence_number - self._next_ext, _SEQ_MODULO)
@@ -141,11 +152,42 @@ class JitterBuffer:
 
     def expire(self, now_ms: int) -> Release:
         """Release what waited too long by ``now_ms`` (giving up the packets missing before it)."""
+        if self._held and now_ms - self._held[0][3] >= self._config.start_hold_ms:
+            return self._start_held()
         return self._release(now_ms, force=False)
 
     def drain(self) -> Release:
         """Release everything that waits (the stream ended): missing packets are lost."""
-        return self._release(self._last_arrival_ms, force=True)
+        started = self._start_held() if self._held else Release(b"")
+        drained = self._release(self._last_arrival_ms, force=True)
+        return _joined(started, drained)
+
+    def _hold(
+        self, sequence_number: int, timestamp: int, audio: bytes | None, arrival_ms: int
+    ) -> Release:
+        if any(held[0] == sequence_number for held in self._held):
+            return Release(b"", PushStatus.DUPLICATE)
+        self._held.append((sequence_number, timestamp, audio, arrival_ms))
+        first_ms = self._held[0][3]
+        if (
+            len(self._held) >= self._config.depth_packets
+            or arrival_ms - first_ms >= self._config.start_hold_ms
+        ):
+            return self._start_held()
+        return Release(b"")
+
+    def _start_held(self) -> Release:
+        """Start the stream at the earliest held packet (by sequence, relative to the first to
+        arrive), then take the others in their arrival order."""
+        held, self._held = self._held, []
+        first = held[0][0]
+        earliest = min(held, key=lambda packet: _signed(packet[0] - first, _SEQ_MODULO))
+        self._start(earliest[0], earliest[1], _EPOCH)
+        out = self._accept(self._next_ext, earliest[1], earliest[2], earliest[3], False)
+        for packet in held:
+            if packet is not earliest:
+                out = _joined(out, self.push(*packet))
+        return _joined(Release(b"", started_ms=held[0][3]), out)
 
     def _start(self, sequence_number: int, timestamp: int, base: int) -> None:
         self._started = True
@@ -243,3 +285,16 @@ class JitterBuffer:
             self._seen_set.discard(self._seen[0])
         self._seen.append(ext)
         self._seen_set.add(ext)
+
+
+def _joined(first: Release, second: Release) -> Release:
+    """Two releases of one call as one (the audio in order, the counts added)."""
+    status = first.status if first.status is not PushStatus.ACCEPTED else second.status
+    return Release(
+        first.audio + second.audio,
+        status,
+        first.lost_packets + second.lost_packets,
+        first.filled_samples + second.filled_samples,
+        first.discontinuity or second.discontinuity,
+        first.started_ms if first.started_ms is not None else second.started_ms,
+    )

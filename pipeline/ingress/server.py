@@ -444,13 +444,15 @@ class IngressGateway:
         arrival_ms: int,
         *,
         lead_in_by_arrival: bool = True,
+        started_ms: int | None = None,
     ) -> None:
         """Publish ``audio`` on ``channel``: the leading silence its first media needs (by
         arrival, unless the stream's own timestamps placed it: ``lead_in_by_arrival``), then
         the audio, dated by its arrival (its last sample arrived at ``arrival_ms``)."""
         if live.ended or not audio:
             return
-        lead_in = live.call.media(channel, arrival_ms)
+        # A start hold let the channel's first audio out late: it began at its first arrival.
+        lead_in = live.call.media(channel, arrival_ms if started_ms is None else started_ms)
         if not lead_in_by_arrival:
             lead_in = 0
         bytes_per_sample = live.encoding.bytes_per_sample
@@ -512,7 +514,7 @@ class IngressGateway:
             self.metrics.discontinuities.inc()
         if received.filled_samples:
             self.metrics.gap_filled.labels(kind).inc(received.filled_samples / live.sample_rate_hz)
-        self._push(live, channel, received.audio, now_ms)
+        self._push(live, channel, received.audio, now_ms, started_ms=received.started_ms)
         if received.dtmf is not None:
             self._dtmf(live, channel, received.dtmf, kind)
 
@@ -646,6 +648,7 @@ class IngressGateway:
             depth_packets=self._settings.reorder_depth_packets,
             max_wait_ms=self._settings.reorder_wait_ms,
             max_gap_ms=self._settings.max_gap_ms,
+            start_hold_ms=self._settings.reorder_start_hold_ms,
         )
 
     def _allocation(self, body: Any) -> tuple[str, str, list[ChannelSpec]] | Rejected:

@@ -25,6 +25,7 @@ def config(**overrides: int) -> JitterConfig:
         depth_packets=overrides.get("depth_packets", DEPTH),
         max_wait_ms=overrides.get("max_wait_ms", 60),
         max_gap_ms=overrides.get("max_gap_ms", 10_000),
+        start_hold_ms=overrides.get("start_hold_ms", 0),
     )
 
 
@@ -270,3 +271,50 @@ def test_jitter_follows_rfc_3550_and_ignores_telephone_events() -> None:
     for repeat in range(5):  # one key press: the same start time, arriving 50 ms apart
         buffer.push(64 + repeat, 64 * SAMPLES, None, 1280 + 50 * repeat)
     assert buffer.jitter_ms == steady
+
+
+def test_a_start_hold_reorders_the_first_packets_instead_of_dropping_them() -> None:
+    """Packet 0 overtaken by packet 1: without a hold 1 starts the stream and 0 is late; with a
+    40 ms hold both come out in order, and the release says when the stream began."""
+    plain = JitterBuffer(config())
+    assert plain.push(1, SAMPLES, audio(1), 1000).audio == audio(1)
+    assert plain.push(0, 0, audio(0), 1005).status is PushStatus.LATE
+    held = JitterBuffer(config(start_hold_ms=40))
+    assert held.push(1, SAMPLES, audio(1), 1000).audio == b""
+    assert held.push(0, 0, audio(0), 1005).audio == b""
+    assert held.push(0, 0, audio(0), 1010).status is PushStatus.DUPLICATE
+    assert held.waiting_packets == 2
+    release = held.push(2, 2 * SAMPLES, audio(2), 1040)
+    assert release.audio == audio(0) + audio(1) + audio(2)
+    assert release.started_ms == 1000
+    assert held.push(3, 3 * SAMPLES, audio(3), 1060).started_ms is None
+
+
+def test_a_start_hold_ends_by_time_without_more_packets_and_on_drain() -> None:
+    buffer = JitterBuffer(config(start_hold_ms=40))
+    buffer.push(5, 5 * SAMPLES, audio(5), 0)
+    assert buffer.expire(39).audio == b""
+    assert buffer.expire(40).audio == audio(5)
+    drained = JitterBuffer(config(start_hold_ms=40))
+    drained.push(9, 0, audio(9), 0)
+    assert drained.drain().audio == audio(9)
+
+
+@given(start=starts, case=reordered())
+def test_with_a_start_hold_nothing_is_late_that_came_within_it(
+    start: tuple[int, int], case: tuple[int, list[int]]
+) -> None:
+    """Every packet arrives at the same moment (within the hold): whatever the order, all come
+    out once, in order, from the earliest."""
+    first_seq, first_ts = start
+    count, order = case
+    buffer = JitterBuffer(config(start_hold_ms=40))
+    out = b""
+    for index in order:
+        release = buffer.push(
+            (first_seq + index) % 65536, (first_ts + index * SAMPLES) % 2**32, audio(index), 0
+        )
+        assert buffer.waiting_packets <= DEPTH
+        out += release.audio
+    out += buffer.drain().audio
+    assert out == b"".join(audio(index) for index in range(min(order[:DEPTH]), count))
