@@ -97,7 +97,7 @@ class SipServer:
         else:
             raise ConfigError("no port is free for SIP on both UDP and TCP")
         self._uas = SipUas(UasConfig(self.port, self._gateway._default_tenant, self._agent_rule))
-        logger.info("SIP on %s:%d (UDP and TCP)", bind, self.port)
+        logger.debug("SIP on %s:%d (UDP and TCP)", bind, self.port)  # the command prints it
 
     async def stop(self) -> None:
         for task in list(self._pending):
