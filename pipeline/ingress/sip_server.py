@@ -141,7 +141,7 @@ class SipServer:
         if outcome.rejected is not None:
             self._gateway._reject(outcome.rejected, "sip")
         if outcome.start is not None:
-            task = asyncio.get_running_loop().create_task(self._start_call(outcome.start))
+            task = asyncio.get_running_loop().create_task(self._start_call_safely(outcome.start))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         if outcome.update is not None:
@@ -161,6 +161,20 @@ class SipServer:
         writer.write(data)
 
     # -- calls ------------------------------------------------------------------------------
+
+    async def _start_call_safely(self, plan: CallPlan) -> None:
+        """``_start_call``; a bug in it still answers the INVITE (500) and frees the call."""
+        try:
+            await self._start_call(plan)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("SIP call %s could not be started", plan.call_id)
+            self._gateway._end_call(plan.call_id, "failed to start")
+            rejected = Rejected(RejectReason.BAD_MESSAGE, "internal error")
+            self._carry_out(
+                self.uas.refuse(plan.call_id, 500, rejected, self._gateway._clock.now_ms())
+            )
 
     async def _start_call(self, plan: CallPlan) -> None:
         gateway = self._gateway

@@ -30,6 +30,7 @@ Contracts:
 from __future__ import annotations
 
 import secrets
+from collections import deque
 from dataclasses import dataclass, field
 
 from pipeline.ingress.rtp import Rejected, RejectReason
@@ -63,6 +64,9 @@ __all__ = ["CallPlan", "ChannelPlan", "Outcome", "Peer", "Send", "SipUas", "UasC
 T1_MS = 500
 T2_MS = 4000
 TRANSACTION_LIFETIME_MS = 64 * T1_MS
+MAX_TRANSACTIONS = 20_000
+"""Transactions remembered at once (each for 32 s): past it, new requests are dropped (a flood
+must not grow memory; a call needs a handful of transactions)."""
 MONO_CHANNEL = "mono"
 ALLOW = "INVITE, ACK, CANCEL, BYE, OPTIONS"
 ACCEPT = "application/sdp, multipart/mixed"
@@ -154,6 +158,7 @@ class UasConfig:
 
 @dataclass(slots=True)
 class _Transaction:
+    key: tuple[str, str, str]
     method: str
     request: SipRequest
     peer: Peer
@@ -219,6 +224,9 @@ class SipUas:
     def __init__(self, config: UasConfig) -> None:
         self._config = config
         self._transactions: dict[tuple[str, str, str], _Transaction] = {}
+        self._retransmitting: dict[tuple[str, str, str], _Transaction] = {}
+        self._expiries: deque[tuple[int, _Transaction]] = deque()
+        """(when to forget it, transaction), in the order their final responses went out."""
         self._dialogs: dict[str, _Dialog] = {}
 
     @property
@@ -247,7 +255,9 @@ class SipUas:
             if known.response is None:
                 return Outcome()
             return Outcome((Send(known.response, peer),))
-        transaction = _Transaction(message.method, message, peer)
+        if len(self._transactions) >= MAX_TRANSACTIONS:
+            return Outcome(rejected=Rejected(RejectReason.CALL_LIMIT, "too many transactions"))
+        transaction = _Transaction(key, message.method, message, peer)
         self._transactions[key] = transaction
         if message.method == "INVITE":
             return self._invite(message, key, transaction, now_ms)
@@ -296,11 +306,16 @@ class SipUas:
         if outcome.sends:
             transaction.response = outcome.sends[-1].data
         transaction.finished_ms = now_ms
+        self._expiries.append((now_ms + TRANSACTION_LIFETIME_MS, transaction))
+
+    def _stop_retransmitting(self, transaction: _Transaction) -> None:
+        transaction.retransmit_ms = None
+        self._retransmitting.pop(transaction.key, None)
 
     def _ack(self, ack: SipRequest, key: tuple[str, str, str]) -> Outcome:
         transaction = self._transactions.get(key)
         if transaction is not None and transaction.status >= 300:
-            transaction.retransmit_ms = None  # the ACK of a non-2xx: same transaction (§17.2.1)
+            self._stop_retransmitting(transaction)  # a non-2xx's ACK: its transaction (§17.2.1)
             return Outcome()
         dialog = self._dialogs.get(ack.call_id)
         if dialog is None or ack.tag("to") != dialog.local_tag:
@@ -308,7 +323,7 @@ class SipUas:
         number, _ = ack.cseq
         invite = self._transactions.get(dialog.invite_key)
         if invite is not None and invite.request.cseq[0] == number:
-            invite.retransmit_ms = None
+            self._stop_retransmitting(invite)
         dialog.confirmed = True
         return Outcome()
 
@@ -527,9 +542,11 @@ class SipUas:
         transaction.response = response
         transaction.status = int(response.split(b" ", 2)[1])
         transaction.finished_ms = now_ms
+        self._expiries.append((now_ms + TRANSACTION_LIFETIME_MS, transaction))
         if not transaction.peer.reliable:
             transaction.retransmit_ms = now_ms + T1_MS
             transaction.interval_ms = T1_MS
+            self._retransmitting[transaction.key] = transaction
         return Outcome((Send(response, transaction.peer),), rejected=rejected)
 
     def accept(self, call_id: str, ports: dict[str, int], host: str, now_ms: int) -> Outcome:
@@ -676,7 +693,7 @@ class SipUas:
         del self._dialogs[bye.call_id]
         invite = self._transactions.get(dialog.invite_key)
         if invite is not None:
-            invite.retransmit_ms = None
+            self._stop_retransmitting(invite)
         return self._respond(bye, peer, 200, "OK", to_tag=dialog.local_tag) + Outcome(
             ended=((bye.call_id, "BYE"),)
         )
@@ -712,25 +729,30 @@ class SipUas:
 
     def tick(self, now_ms: int) -> Outcome:
         """Retransmit unacknowledged final responses, end calls whose 200 OK was never ACKed,
-        forget transactions past their lifetime."""
+        forget transactions past their lifetime. Costs what is due, not what is remembered."""
         outcome = Outcome()
-        for key, transaction in list(self._transactions.items()):
-            if transaction.finished_ms is None:
-                continue
-            age_ms = now_ms - transaction.finished_ms
-            if transaction.retransmit_ms is not None and age_ms >= TRANSACTION_LIFETIME_MS:
-                transaction.retransmit_ms = None
+        for transaction in list(self._retransmitting.values()):
+            assert transaction.finished_ms is not None
+            assert transaction.retransmit_ms is not None
+            assert transaction.response is not None
+            if now_ms - transaction.finished_ms >= TRANSACTION_LIFETIME_MS:
+                self._stop_retransmitting(transaction)
                 dialog = self._dialogs.get(transaction.request.call_id)
                 if transaction.status < 300 and dialog is not None and not dialog.confirmed:
                     del self._dialogs[dialog.call_id]
                     outcome += Outcome(ended=((dialog.call_id, "no ACK for the 200 OK"),))
-            if transaction.retransmit_ms is not None and now_ms >= transaction.retransmit_ms:
-                assert transaction.response is not None
+            elif now_ms >= transaction.retransmit_ms:
                 outcome += Outcome((Send(transaction.response, transaction.peer),))
                 transaction.interval_ms = min(2 * transaction.interval_ms, T2_MS)
                 transaction.retransmit_ms = now_ms + transaction.interval_ms
-            if transaction.retransmit_ms is None and age_ms >= TRANSACTION_LIFETIME_MS:
-                del self._transactions[key]
+        while self._expiries and self._expiries[0][0] <= now_ms:
+            _, transaction = self._expiries.popleft()
+            if self._transactions.get(transaction.key) is not transaction:
+                continue
+            if transaction.key in self._retransmitting:  # still waiting for its ACK: later
+                self._expiries.append((now_ms + T2_MS, transaction))
+                continue
+            del self._transactions[transaction.key]
         return outcome
 
 

@@ -335,3 +335,24 @@ def test_refuse_answers_the_pending_invite_and_hang_up_sends_a_bye() -> None:
     assert bye.data.startswith(b"BYE sip:alice@127.0.0.1:5070 SIP/2.0\r\n")
     assert bye.peer == PEER
     assert core.hang_up(CALL).sends == ()
+
+
+def test_transactions_are_forgotten_after_their_lifetime_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pipeline.ingress.uas as uas_module
+
+    core = uas()
+    first = core.receive(request("OPTIONS"), PEER, 0)
+    assert core.receive(request("OPTIONS"), PEER, 31_000).sends == first.sends  # remembered
+    core.tick(32_000)
+    again = core.receive(request("OPTIONS"), PEER, 32_001)
+    assert again.sends != first.sends  # a new transaction (a new To tag)
+    monkeypatch.setattr(uas_module, "MAX_TRANSACTIONS", 3)
+    full = uas()
+    for index in range(3):
+        assert full.receive(request("OPTIONS", branch=f"z9hG4bK{index}"), PEER, 0).sends
+    dropped = full.receive(request("OPTIONS", branch="z9hG4bKmore"), PEER, 0)
+    assert dropped.sends == ()
+    assert dropped.rejected is not None
+    assert dropped.rejected.reason is RejectReason.CALL_LIMIT
