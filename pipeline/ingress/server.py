@@ -515,19 +515,37 @@ class IngressGateway:
         if received.filled_samples:
             self.metrics.gap_filled.labels(kind).inc(received.filled_samples / live.sample_rate_hz)
         self._push(live, channel, received.audio, now_ms, started_ms=received.started_ms)
+        # The release's audio ends where the channel's published samples end now.
+        audio_start = live.samples_out[channel] - len(received.audio) // (
+            live.encoding.bytes_per_sample
+        )
+        for event, at_samples in received.dtmf_placed:
+            self._dtmf(live, channel, event, kind, max(audio_start + at_samples, 0))
         if received.dtmf is not None:
-            self._dtmf(live, channel, received.dtmf, kind)
+            self._dtmf(live, channel, received.dtmf, kind, live.samples_out[channel])
 
-    def _dtmf(self, live: _LiveCall, channel: str, event: TelephoneEvent, kind: str) -> None:
+    def _dtmf(
+        self, live: _LiveCall, channel: str, event: TelephoneEvent, kind: str, at_samples: int
+    ) -> None:
         duration_ms = event.duration_samples * 1000 // live.sample_rate_hz
-        self._dtmf_notice(live, channel, event.digit, duration_ms, kind)
+        self._dtmf_notice(live, channel, event.digit, duration_ms, kind, at_samples)
 
     def _dtmf_notice(
-        self, live: _LiveCall, channel: str, digit: str, duration_ms: int, kind: str
+        self,
+        live: _LiveCall,
+        channel: str,
+        digit: str,
+        duration_ms: int,
+        kind: str,
+        at_samples: int | None = None,
     ) -> None:
-        """Count a key press and hand its notice to ``on_dtmf`` (never to audio.chunks)."""
+        """Count a key press and hand its notice to ``on_dtmf`` (never to audio.chunks).
+        ``at_samples``: where it starts on the channel's timeline (default: the audio
+        published so far)."""
         self.metrics.dtmf_events.labels(kind).inc()
-        offset_ms = live.samples_out[channel] * 1000 // live.sample_rate_hz
+        if at_samples is None:
+            at_samples = live.samples_out[channel]
+        offset_ms = at_samples * 1000 // live.sample_rate_hz
         notice = DtmfNotice(live.call.call_id, channel, digit, offset_ms, duration_ms)
         if self._on_dtmf is not None:
             self._on_dtmf(notice)

@@ -232,14 +232,14 @@ def test_telephone_events_and_comfort_noise_stay_out_of_the_audio() -> None:
         received = rtp.receive(
             build(seq=seq, timestamp=SAMPLES, payload_type=101, payload=payload), SOURCE, 0
         )
+        notices += [(event.digit, len(out) + at) for event, at in received.dtmf_placed]
         out += received.audio
-        if received.dtmf is not None:
-            notices.append(received.dtmf.digit)
+        assert received.dtmf is None
     out += rtp.receive(
         build(seq=6, timestamp=4 * SAMPLES, payload_type=13, payload=b"\x40"), SOURCE, 0
     ).audio
     out += rtp.receive(build(seq=7, timestamp=5 * SAMPLES, payload=audio(7)), SOURCE, 0).audio
-    assert notices == ["5"]  # three end packets, one notice
+    assert notices == [("5", SAMPLES)]  # three end packets, one notice, where the tone starts
     assert out == audio(1) + SILENCE * 4 * SAMPLES + audio(7)
 
 
@@ -318,3 +318,18 @@ def test_with_a_start_hold_nothing_is_late_that_came_within_it(
         out += release.audio
     out += buffer.drain().audio
     assert out == b"".join(audio(index) for index in range(min(order[:DEPTH]), count))
+
+
+def test_a_key_press_is_placed_by_its_timestamp_even_when_it_overtakes_audio() -> None:
+    rtp = receiver()
+    end = bytes([3, 0x8A]) + (160).to_bytes(2, "big")
+    out = rtp.receive(build(seq=1, timestamp=0, payload=audio(1)), SOURCE, 0).audio
+    # The event (after packet 2's audio on the RTP clock) arrives before packet 2.
+    early = rtp.receive(
+        build(seq=3, timestamp=2 * SAMPLES, payload_type=101, payload=end), SOURCE, 0
+    )
+    assert early.dtmf_placed == ()  # waits for packet 2, as the audio does
+    late_audio = rtp.receive(build(seq=2, timestamp=SAMPLES, payload=audio(2)), SOURCE, 0)
+    ((event, at),) = late_audio.dtmf_placed
+    assert event.digit == "3"
+    assert len(out) + at == 2 * SAMPLES
