@@ -23,7 +23,7 @@ import soundfile
 from pipeline.contracts import Encoding
 from pipeline.contracts.g711 import alaw_encode, mulaw_decode, mulaw_encode
 from pipeline.ingress.sdp import SessionDescription, parse_sdp
-from pipeline.ingress.sip import SipResponse, parse_sip
+from pipeline.ingress.sip import SipRequest, SipResponse, parse_sip
 from pipeline.settings import KafkaSettings
 from tests.conftest import FIXTURES
 from tests.integration.test_ingress import RunningGateway, consume_call, rtp_packet
@@ -361,34 +361,55 @@ def test_sip_from_outside_the_allowed_networks_is_never_answered(topics: KafkaSe
         assert gateway.metric("ingress_rejected_total", reason="unexpected_source") == 2
 
 
-def test_the_call_limit_answers_503_to_the_invite_past_it(topics: KafkaSettings) -> None:
-    with RunningGateway(topics, max_calls=1) as gateway:
-        client = SipClient(gateway.sip_port)
-        try:
-            client.send(
-                invite(sdp_offer([(30000, "0", None)]), call_id="one", sent_by=client.sent_by)
-            )
+def test_the_call_limit_answers_503_and_a_shutdown_sends_bye(topics: KafkaSettings) -> None:
+    client = SipClient(0)
+    try:
+        with RunningGateway(topics, max_calls=1) as gateway:
+            client.target = ("127.0.0.1", gateway.sip_port)
+            offer = sdp_offer([(30000, "0", None)])
+            client.send(invite(offer, call_id="one", sent_by=client.sent_by))
             first = client.response()
             assert first is not None
             assert first.status == 200
             client.send(
-                invite(
-                    sdp_offer([(30000, "0", None)]),
-                    call_id="two",
-                    branch="z9hG4bK2",
+                request(
+                    "ACK",
+                    call_id="one",
+                    branch="z9hG4bKa1",
+                    to_tag=first.tag("to"),
                     sent_by=client.sent_by,
                 )
             )
+            client.send(invite(offer, call_id="two", branch="z9hG4bK2", sent_by=client.sent_by))
             second = client.response()
             assert second is not None
             assert second.status == 503
+            assert second.header("retry-after") == "5"
+            client.send(
+                request(
+                    "ACK",
+                    call_id="two",
+                    branch="z9hG4bK2",
+                    to_tag=second.tag("to"),
+                    sent_by=client.sent_by,
+                )
+            )
             client.send(request("OPTIONS", branch="z9hG4bK3", sent_by=client.sent_by))
             options = client.response()
             assert options is not None
             assert options.status == 200  # keepalives are answered when full, too
-        finally:
-            client.close()
-        assert gateway.metric("ingress_rejected_total", reason="call_limit") == 1
+            assert gateway.metric("ingress_rejected_total", reason="call_limit") == 1
+        # Leaving the block stops the gateway: the open call ends, and its peer hears a BYE.
+        client.sock.settimeout(5)
+        bye = parse_sip(client.sock.recv(65_536))
+        assert isinstance(bye, SipRequest)
+        assert bye.method == "BYE"
+        assert bye.call_id == "one"
+        assert bye.tag("from") == first.tag("to")
+    finally:
+        client.close()
+    (chunks,) = consume_call(topics, "one", 1).values()
+    assert chunks[-1].end_of_stream
 
 
 def baresip_config(directory: Path, wav: Path) -> Path:
