@@ -59,7 +59,7 @@ from confluent_kafka import (
 from pipeline.asr.engine import SessionEnded, StreamingEngine, Suppressed
 from pipeline.asr.session import SessionKey, SessionSnapshot, SessionStats
 from pipeline.clock import Clock, WallClock
-from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
+from pipeline.contracts.audio_chunk import RejectReason
 from pipeline.contracts.messages import (
     DeadLetterInfo,
     Event,
@@ -69,7 +69,7 @@ from pipeline.contracts.messages import (
     to_dict,
     to_json,
 )
-from pipeline.errors import ChunkRejectedError, ConfigError, InfrastructureError
+from pipeline.errors import ConfigError, InfrastructureError
 from pipeline.hotwords.model import Scope
 from pipeline.runtime.checkpoint_reader import CheckpointReadCutError, Checkpoints, read_checkpoints
 from pipeline.runtime.kafka import (
@@ -105,7 +105,7 @@ from pipeline.runtime.transactions import (
 )
 from pipeline.settings import Settings
 from pipeline.topics import TopicRole, checkpoint_partitions_problem, topic_name
-from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState, Verdict
+from pipeline.worker.admission import Admission, AdmissionLimits, AdmissionState
 from pipeline.worker.book import PartitionBook
 from pipeline.worker.checkpoint import (
     PARTITION_KEY,
@@ -116,7 +116,14 @@ from pipeline.worker.checkpoint import (
 from pipeline.worker.dead_letter import fit_dead_letter
 from pipeline.worker.faults import FaultPoint, Faults
 from pipeline.worker.flow import PartialThinning, catching_up, paused_after
-from pipeline.worker.intake import feed_chunk
+from pipeline.worker.intake import (
+    ChunkRecord,
+    Duplicate,
+    Rejected,
+    Skipped,
+    admit,
+    feed_chunk,
+)
 from pipeline.worker.outbox import Outbox
 from pipeline.worker.progress import PartitionProgress
 
@@ -555,67 +562,50 @@ class AsrWorker:
             return  # revoked while this batch was in flight
         progress.consumed(offset)
         progress.delivered(self._fetch_clock_ms)
-        replaying = offset <= progress.handled_through
         headers = readable_headers(record)
-        if headers is None:
-            if not replaying:
-                detail = "a header name is not UTF-8 text: the record's headers cannot be read"
-                self._dead_letter(record, RejectReason.UNREADABLE_HEADERS, detail, None, [])
-            return
-        try:
-            chunk = decode_chunk(
-                record.key(),
-                record.value(),
-                headers,
-                max_payload_bytes=self._worker.max_chunk_bytes,
-            )
-        except ChunkRejectedError as rejected:
-            if not replaying:
-                self._dead_letter(record, rejected.reason, rejected.detail, None, headers)
-            return
-        key = SessionKey(chunk.call_id, chunk.channel)
-        known = progress.sessions.get(key)
-        if known is not None and offset <= known.skip_through:
-            return  # covered by the session's restored snapshot
-        if replaying and known is None and self._admission.state(key) is None:
-            # Handled by an earlier owner, yet neither checkpointed nor remembered: that owner
-            # refused the call (an admitted session is checkpointed at the commit that moves
-            # past its first record). Refused again, quietly (its dead letter is out), whatever
-            # this worker's own load: admitted here, it would be transcribed unannounced.
-            return
-        duration_ms = chunk.duration_ms
-        # The session limit is waived only for calls an earlier owner admitted: every admitted
-        # session is checkpointed at the commit that moves past its first record.
-        decision = self._admission.decide(
-            key,
-            chunk.seq,
-            duration_ms,
-            chunk.end_of_stream,
-            replaying=replaying and known is not None,
+        chunk_record = ChunkRecord(
+            partition,
+            offset,
+            0,
+            record.key(),
+            record.value(),
+            headers,
+            headers_unreadable=headers is None,
         )
-        if decision.verdict is Verdict.DUPLICATE:
-            if not replaying:
+        outcome = admit(
+            chunk_record,
+            self._admission,
+            max_chunk_bytes=self._worker.max_chunk_bytes,
+            history=self._book,
+        )
+        if isinstance(outcome, Skipped):
+            return
+        if isinstance(outcome, Duplicate):
+            if not outcome.quiet:
                 self._outbox.count_duplicate()
             return
-        if decision.verdict is Verdict.REJECT:
-            self._book.refused_late(key, offset)
-            if not replaying:
-                assert decision.reason is not None
-                self._dead_letter(record, decision.reason, decision.detail, key, headers)
+        if isinstance(outcome, Rejected):
+            if outcome.key is not None:
+                self._book.refused_late(outcome.key, offset)
+            if not outcome.quiet:
+                self._dead_letter(
+                    record, outcome.reason, outcome.detail, outcome.key, headers or []
+                )
             return
-        if not replaying:
+        key, chunk = outcome.key, outcome.chunk
+        if not outcome.quiet:
             self._outbox.count_admitted()
-            if decision.new_session:
+            if outcome.new_session:
                 self._event(EventType.SESSION_STARTED, key, {"tenant": chunk.tenant})
-            if decision.gap is not None:
-                first, end = decision.gap
+            if outcome.gap is not None:
+                first, end = outcome.gap
                 self._event(
                     EventType.SEQUENCE_GAP, key, {"missing_from": first, "missing_to": end - 1}
                 )
         # Bookkeeping only for admitted chunks: rejected and duplicate ones leave nothing behind.
-        session = known if known is not None else progress.session(key)
+        session = progress.session(key)
         self._book.own(key, partition)
-        self._audio_ms_since_step += duration_ms
+        self._audio_ms_since_step += chunk.duration_ms
         session.needed_offsets.append(offset)
         session.last_activity_ms = self._fetch_clock_ms
         session.last_flowing_ms = progress.flowing_ms
