@@ -38,7 +38,7 @@ class SessionProgress:
     finals_published: int | None = 0
     finals_suppressed: int | None = 0
     last_snapshot_ms: int = 0
-    last_activity_ms: int = 0  # on the worker's fetch clock (``AsrWorker._tick_fetch_clock``)
+    last_activity_ms: int = 0  # on the worker's fetch clock (``flow.FetchClock``)
     # And on its partition's flow clock (``PartitionProgress.flowing_ms``): what the idle
     # timeout is measured on while the partition delivers records.
     last_flowing_ms: int = 0
