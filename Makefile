@@ -77,10 +77,11 @@ test-unit: venv  ## unit tests only (no broker, fast)
 test-integration: setup  ## integration tests only
 	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
 
-lint: venv  ## ruff (lint + format check) and mypy
+lint: venv  ## ruff (lint + format check), mypy and the import layering (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	PYTHONPATH=. $(VENV)/bin/lint-imports --no-logo --no-cache
 
 format: venv  ## apply ruff's formatting and safe fixes
 	$(VENV)/bin/ruff format .
