@@ -51,10 +51,21 @@ def test_the_verdict_names_lost_duplicated_renumbered_and_changed_finals() -> No
         "expected": 3,
         "published": 4,
         "lost": ["c:agent:2"],
+        "not_drained": [],
         "duplicated": ["c:agent:0"],
         "renumbered": ["c:agent:3"],
         "text_differs": ["c:agent:1"],
     }
+
+
+def test_a_final_of_a_channel_that_never_ended_is_not_drained_rather_than_lost() -> None:
+    # Seed 2 on a machine at load 15: the workers were minutes behind when the drain stopped;
+    # 64 finals of calls that had not ended yet were counted as lost.
+    expected = {"c:agent:0": "hello", "c:customer:0": "hi", "d:agent:0": "bye"}
+    finals = [{"utterance_id": "c:agent:0", "text": "hello"}]
+    result = verdict(expected, finals, {("c", "agent"), ("c", "customer")})
+    assert result["lost"] == ["c:customer:0"]  # its channel ended without it
+    assert result["not_drained"] == ["d:agent:0"]
 
 
 def test_a_publisher_failing_at_close_still_ends_and_reports(monkeypatch: Any) -> None:
