@@ -388,14 +388,9 @@ class AsrWorker:
         bench/chaos.py). Seeking again to the same offsets brings back any record of theirs
         that came after the seek and is dropped here with the stale ones.
         """
-        topic = self._topics[TopicRole.AUDIO_CHUNKS]
         for partition, offset in self._rewound.items():
-            if partition not in self._book.partitions:
-                continue  # revoked since: its next owner restores it
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as seek_error:
-                logger.warning("cannot rewind partition %d: %s", partition, seek_error)
+            if partition in self._book.partitions:  # else revoked since: its next owner restores it
+                self._seek(partition, offset)
         return [r for r in records if r.error() is not None or r.partition() not in self._rewound]
 
     def _on_consumer_error(self, error: KafkaError) -> None:
@@ -1117,18 +1112,22 @@ class AsrWorker:
         """Forget every owned session, rebuild from checkpoints, seek to the committed offsets
         (``recovery.recover``: the offsets first, then the checkpoints they agree with)."""
         partitions = list(self._book.partitions)
-        topic = self._topics[TopicRole.AUDIO_CHUNKS]
         self._forget(partitions)
         point = self._restore_unless_stopping(self._consumer, partitions)
         if point is None:
             return
         for partition in partitions:
             self._rewound[partition] = point.offsets[partition]
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, point.offsets[partition]))
-            except KafkaException as seek_error:
-                # A partition being revoked right now: its next owner replays it anyway.
-                logger.warning("cannot rewind partition %d: %s", partition, seek_error)
+            self._seek(partition, point.offsets[partition])
+
+    def _seek(self, partition: int, offset: int) -> None:
+        """Seek an owned audio partition to ``offset``; a partition being revoked right now
+        cannot be (logged): its next owner replays it anyway."""
+        topic = self._topics[TopicRole.AUDIO_CHUNKS]
+        try:
+            self._consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as seek_error:
+            logger.warning("cannot rewind partition %d: %s", partition, seek_error)
 
     def _read_committed_offsets(self, partitions: Sequence[int]) -> dict[int, int | None]:
         """The group's committed offsets of ``partitions``, stable: the consumer is
