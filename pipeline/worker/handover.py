@@ -255,14 +255,9 @@ class HandOver:
         point = self._restore_unless_stopping(consumer, partitions)
         if point is None:
             return
-        topic = self._clients.audio_topic
         for partition in partitions:
             self.rewound[partition] = point.offsets[partition]
-            try:
-                consumer.seek(TopicPartition(topic, partition, point.offsets[partition]))
-            except KafkaException as seek_error:
-                # A partition being revoked right now: its next owner replays it anyway.
-                logger.warning("cannot rewind partition %d: %s", partition, seek_error)
+            self._seek(partition, point.offsets[partition])
 
     def drop_stale(self, records: list[Message]) -> list[Message]:
         """The batch without the records of partitions rewound inside ``consume`` (a revoke's
@@ -274,15 +269,19 @@ class HandOver:
         bench/chaos.py). Seeking again to the same offsets brings back any record of theirs
         that came after the seek and is dropped here with the stale ones.
         """
-        topic = self._clients.audio_topic
         for partition, offset in self.rewound.items():
-            if partition not in self._streams.book.partitions:
-                continue  # revoked since: its next owner restores it
-            try:
-                self._clients.consumer.seek(TopicPartition(topic, partition, offset))
-            except KafkaException as seek_error:
-                logger.warning("cannot rewind partition %d: %s", partition, seek_error)
+            if partition in self._streams.book.partitions:  # else revoked: its next owner restores
+                self._seek(partition, offset)
         return [r for r in records if r.error() is not None or r.partition() not in self.rewound]
+
+    def _seek(self, partition: int, offset: int) -> None:
+        """Seek an owned audio partition to ``offset``; a partition being revoked right now
+        cannot be (logged): its next owner replays it anyway."""
+        topic = self._clients.audio_topic
+        try:
+            self._clients.consumer.seek(TopicPartition(topic, partition, offset))
+        except KafkaException as seek_error:
+            logger.warning("cannot rewind partition %d: %s", partition, seek_error)
 
     def _restore_unless_stopping(
         self, consumer: Consumer, partitions: Sequence[int]
