@@ -38,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.asr.endpoint import EndpointConfig, EndpointReason
-from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
+from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis, squashed_repeat_start
 from pipeline.asr.recognizer import Recognition, RecognitionRequest, Recognizer, TokenBias
 from pipeline.asr.session import (
     SAMPLES_PER_MS,
@@ -154,6 +154,11 @@ class EngineConfig:
                     f"{name}: endpoint speech_pad_ms ({endpoint.speech_pad_ms}) must equal "
                     f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
                 )
+            if endpoint.effective_start_pad_ms != self.gate.effective_start_pad_ms:
+                raise ConfigError(
+                    f"{name}: endpoint start pad ({endpoint.effective_start_pad_ms} ms) must "
+                    f"equal the gate's ({self.gate.effective_start_pad_ms} ms)"
+                )
 
     def endpoint_for(self, tenant: str) -> EndpointConfig:
         """The endpoint rules of ``tenant``: its own, else ``endpoint``."""
@@ -241,6 +246,8 @@ class StreamingEngine:
         """Finals decoded ahead, during their utterance's trailing silence (a counter)."""
         self.early_finals_used = 0
         """Finals published from a decode made ahead (a counter; the rest was wasted work)."""
+        self.loops_trimmed = 0
+        """Finals whose decoding loop was cut off (``guards.squashed_repeat_start``; a counter)."""
 
     @property
     def config(self) -> EngineConfig:
@@ -569,7 +576,8 @@ class StreamingEngine:
         """Labelled trailing silence at which a final is decoded ahead (None: never)."""
         if self._config.early_final_ms is None:
             return None
-        pads = 2 * self._config.endpoint.speech_pad_samples
+        endpoint = self._config.endpoint
+        pads = endpoint.speech_pad_samples + endpoint.start_pad_samples
         return max(0, self._config.early_final_ms * SAMPLES_PER_MS - pads)
 
     def _due_jobs(self) -> list[_Job]:
@@ -706,6 +714,13 @@ class StreamingEngine:
                     job.end_samples // SAMPLES_PER_MS,
                 )
             ]
+        recognized = result.words
+        loop_start = squashed_repeat_start(recognized, self._config.guards.max_repeat_word_ms)
+        if loop_start is not None:
+            # A decoding loop the audio does not hold: the final is the text before it.
+            recognized = recognized[:loop_start]
+            text = "".join(w.text for w in recognized).strip()
+            self.loops_trimmed += 1
         start_ms = job.start_samples // SAMPLES_PER_MS
         end_ms = job.end_samples // SAMPLES_PER_MS
         words = tuple(
@@ -715,14 +730,15 @@ class StreamingEngine:
                 end_ms=min(start_ms + (w.end_ms or 0), end_ms),
                 probability=round(float(w.probability or 0.0), 4),
             )
-            for w in result.words
+            for w in recognized
             if w.text.strip()
         )
         # Where the VAD heard speech begin or end, its edges beat Whisper's (word_edges).
         pad_ms = self._config.gate.speech_pad_ms
+        start_pad_ms = self._config.gate.effective_start_pad_ms
         words = snap_word_edges(
             words,
-            speech_start_ms=start_ms + pad_ms if job.start_is_onset else None,
+            speech_start_ms=start_ms + start_pad_ms if job.start_is_onset else None,
             speech_end_ms=(
                 max(start_ms, end_ms - pad_ms - self._config.vad_end_lag_ms)
                 if job.end_is_offset

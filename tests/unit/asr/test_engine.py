@@ -754,7 +754,7 @@ def scripted_final(result: Recognition) -> Callable[[RecognitionRequest], Recogn
         (recognition(["you"] * 3, compression_ratio=3.1), Guard.COMPRESSION_RATIO),
         (recognition(["you"], no_speech_prob=0.9, avg_logprob=-1.5), Guard.NO_SPEECH),
         (recognition(["you"], no_speech_prob=0.99, avg_logprob=-0.67), Guard.NO_SPEECH),
-        (recognition(["you"], avg_logprob=-1.5), Guard.LOW_LOGPROB),
+        (recognition(["you"], avg_logprob=-1.6), Guard.LOW_LOGPROB),
     ],
     ids=["compression", "no-speech", "certain-no-speech", "logprob"],
 )
