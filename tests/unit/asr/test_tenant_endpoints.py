@@ -88,8 +88,8 @@ def test_each_session_follows_its_tenant_rules() -> None:
             engine.accept(
                 key, audio[start : start + CHUNK], 16_000, tenant=tenant, end_of_stream=last
             )
-        outputs.extend(engine.step())
-    outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
+    outputs.extend(engine.step().outputs)
     assert [f.endpoint_reason for f in finals(outputs, keys["default"])] == [
         EndpointReason.SILENCE,
         EndpointReason.SILENCE,
