@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -132,11 +133,11 @@ def _transcribe(args: argparse.Namespace) -> int:
                         end_of_stream=last >= len(samples),
                     )
             position_ms = end_ms
-        printer.emit(engine.step())
+        printer.emit(engine.step().outputs)
         if args.realtime:
             behind.observe(pacer.elapsed_ms() - position_ms)
     while engine.sessions:
-        printer.emit(engine.step())
+        printer.emit(engine.step().outputs)
     printer.done()
     return 0
 
@@ -169,7 +170,7 @@ class _Printer:
         self._tty = stream.isatty()
         self._open_line = False
 
-    def emit(self, outputs: list[EngineOutput]) -> None:
+    def emit(self, outputs: Sequence[EngineOutput]) -> None:
         for output in outputs:
             if self._json:
                 self._write_json(output)

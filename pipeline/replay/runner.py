@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
+from pipeline.asr.engine import EngineOutput, SessionEnded, StepReport, Suppressed
 from pipeline.asr.session import SessionKey
 from pipeline.contracts.messages import Final
 from pipeline.settings import WorkerSettings
@@ -80,7 +80,7 @@ class ReplayEngine(ChunkSink, Protocol):
     @property
     def sessions(self) -> Mapping[SessionKey, object]: ...
 
-    def step(self, max_jobs: int | None = None) -> list[EngineOutput]: ...
+    def step(self, max_jobs: int | None = None) -> StepReport: ...
 
     def close(self, key: SessionKey) -> None: ...
 
@@ -344,7 +344,7 @@ class ReplayRunner:
         )
 
     def _step(self) -> None:
-        for output in self._engine.step():
+        for output in self._engine.step().outputs:
             self._route(output)
         self._last_step_ms = self._clock.now_ms()
         self._fed_since_step = 0
