@@ -3,7 +3,9 @@
 Each file is one call (its id: the file name without extension); a stereo file is split into
 ``agent`` (left) and ``customer`` (right). All files advance together, chunk by chunk, so their
 sessions share recognizer batches as a worker's would. ``--realtime`` paces the input like a live
-call; ``--json`` prints one JSON object per line with a ``type`` field.
+call; ``--json`` prints one JSON object per line with a ``type`` field. The tenant's redaction
+policy (``STREAMSCRIBE_REDACTION_POLICY``, docs/redaction.md) applies to everything printed, as
+it does to what a worker publishes.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -55,8 +58,8 @@ def register(subparsers: Any) -> None:
         parser,
         "--tenant",
         env="STREAMSCRIBE_TENANT",
-        help="tenant whose endpoint rules apply (STREAMSCRIBE_TENANT_ENDPOINTS), as for a call "
-        "published with it",
+        help="tenant whose endpoint rules (STREAMSCRIBE_TENANT_ENDPOINTS) and redaction policy "
+        "(STREAMSCRIBE_REDACTION_TENANT_POLICIES) apply, as for a call published with it",
         metavar="ID",
     )
     parser.set_defaults(handler=_transcribe)
@@ -80,12 +83,15 @@ def _transcribe(args: argparse.Namespace) -> int:
     # torch loads only for commands that need it, so `streamscribe topics …` starts fast.
     from pipeline.asr.factory import build_engine
     from pipeline.asr.session import SessionKey
+    from pipeline.redaction import Redactor, RedactorConfig
+    from pipeline.redaction.outputs import redact_outputs
 
     if args.chunk_ms <= 0:
         raise ConfigError(f"--chunk-ms must be positive, got {args.chunk_ms}")
     settings = settings_from_args(args)
     tenant = not_empty(args.tenant, "--tenant", "STREAMSCRIBE_TENANT") or settings.publisher.tenant
     calls = _load(args.files)
+    redactor = Redactor(RedactorConfig.from_settings(settings.redaction))
     asr = settings.asr
     if args.no_partials:
         asr = dataclasses.replace(asr, partials=False)
@@ -119,9 +125,10 @@ def _transcribe(args: argparse.Namespace) -> int:
         position_ms = end_ms
         if args.realtime:
             pacer.wait_until(position_ms)  # step once the audio fed so far has been spoken
-        printer.emit(engine.step())
+        printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
     while engine.sessions:
-        printer.emit(engine.step())
+        printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
+    printer.emit(redactor.flush_all())
     printer.done()
     return 0
 
@@ -135,7 +142,7 @@ class _Printer:
         self._tty = stream.isatty()
         self._open_line = False
 
-    def emit(self, outputs: list[EngineOutput]) -> None:
+    def emit(self, outputs: Sequence[EngineOutput]) -> None:
         for output in outputs:
             if self._json:
                 self._write_json(output)
