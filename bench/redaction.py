@@ -454,6 +454,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         results={"quality": quality, "cost": spent},
         markdown=markdown,
         targets=targets,
+        notes=[
+            "The labelled set is generated from templates that use the keywords the detectors "
+            "know, so its recall is an upper bound; recognizer errors (a dropped digit, a "
+            "misheard keyword) are what the integration test on synthesized speech "
+            "(tests/integration/test_redaction_transcribe.py) exercises.",
+            "Cost: the detectors only, on the same CPU as the rest of the worker; finals held "
+            "for an unfinished number wait for the next final on top (bounded by "
+            "STREAMSCRIBE_REDACTION_HOLD_MS of audio).",
+        ],
         started_s=started_s,
         **({"out": __import__("pathlib").Path(args.out)} if args.out else {}),
     )
