@@ -20,7 +20,7 @@ export STREAMSCRIBE_CACHE ?= $(HOME)/.cache/streamscribe
 export PYTHON := $(abspath $(PY))
 
 .PHONY: help setup system-packages venv kafka-fetch kafka-up kafka-down redis-up redis-down \
-	topics infra-up infra-down test test-unit test-integration lint format demo bench \
+	topics infra-up infra-down test test-unit test-integration lint format demo demo-call bench \
 	bench-quick fixtures readme clean lock
 
 help:  ## list the targets
@@ -77,10 +77,11 @@ test-unit: venv  ## unit tests only (no broker, fast)
 test-integration: setup  ## integration tests only
 	$(VENV)/bin/pytest tests/integration $(PYTEST_ARGS)
 
-lint: venv  ## ruff (lint + format check) and mypy
+lint: venv  ## ruff (lint + format check), mypy and the import layering (lint-imports)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	PYTHONPATH=. $(VENV)/bin/lint-imports --no-logo --no-cache
 
 format: venv  ## apply ruff's formatting and safe fixes
 	$(VENV)/bin/ruff format .
@@ -88,6 +89,9 @@ format: venv  ## apply ruff's formatting and safe fixes
 
 demo: setup  ## start everything and run the main job end to end
 	@bash scripts/demo.sh
+
+demo-call: setup  ## a phone call placed by baresip through the SIP ingress, transcribed live
+	@bash scripts/demo_call.sh
 
 bench: setup  ## all benchmarks; results under bench/results/
 	$(PY) -m bench.run

@@ -23,14 +23,24 @@ is woken and restarted unarmed, and the run waits for every channel's ``session_
 each final published is compared with what the engine alone makes of the same audio (finals are a
 function of the audio: ``docs/decisions/0002``): **lost** (expected, never published),
 **duplicated** (an utterance id published twice), **renumbered** (an id the fault-free decode does
-not have), **text differs**. The targets are 0 for each.
+not have), **text differs**; a final of a channel whose session never ended is **not drained**
+(the workers had not got through its audio: the drain waits 5 min more each time a channel ends,
+then stops). The targets are 0 for each.
 
 ``--quick``: 1.5 minutes; ``make test`` runs about that in ``tests/integration/test_chaos.py``.
-Writes ``bench/results/chaos.json`` and ``.md``; the worker logs go to ``LOG_DIR``.
+Writes ``bench/results/chaos.json`` and ``.md``; the worker logs go to ``LOG_DIR``, and for a
+post-mortem each run leaves there ``<prefix>records.json`` (finals, events, the expected finals,
+the plan) and ``<prefix>topics.json`` (every audio record's key, headers and offset, every
+checkpoint and dead letter, committed or not). ``CHAOS_KAFKA_PORT`` moves the run's broker
+(default 19292) and ``CHAOS_WORKER_LOG_LEVEL`` sets the workers' log level (default INFO). The
+publisher waits up to 5 minutes for a delivery: a broker restart on a loaded machine takes far
+longer than the 30 s default, and audio lost at the source would be no worker's loss (a publisher
+that still fails ends the run with its error).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -65,7 +75,10 @@ from pipeline.topics import TopicRole, load_topic_specs, topic_name
 __all__ = ["Fault", "Nemesis", "OwnBroker", "plan_faults", "process_stopped", "run", "verdict"]
 
 NAME = "chaos"
-CHAOS_KAFKA_PORT = 19292
+PUBLISH_DELIVERY_TIMEOUT_MS = 300_000
+"""The publisher's delivery timeout (librdkafka's default): a broker restart takes well over
+the 30 s default on a loaded machine, and audio lost at the source is no worker's loss."""
+CHAOS_KAFKA_PORT = int(os.environ.get("CHAOS_KAFKA_PORT", "19292"))
 WORKERS = ("w-1", "w-2", "w-3")
 CALLS_PER_WAVE = 3
 FULL_MINUTES = 10.0
@@ -121,19 +134,35 @@ def plan_faults(
     return plan
 
 
-def verdict(expected: Mapping[str, str], finals: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def verdict(
+    expected: Mapping[str, str],
+    finals: Sequence[Mapping[str, Any]],
+    ended: set[tuple[str, str]] | None = None,
+) -> dict[str, Any]:
     """Every published final (each record once: ``run`` drops a record read again at the same
-    offset) against the fault-free decode (``expected``: id → text)."""
+    offset) against the fault-free decode (``expected``: id → text). With ``ended`` (the
+    (call, channel) pairs whose ``session_ended`` was published), an expected final of a channel
+    that never ended is **not drained** (the workers had not got through its audio when the run
+    stopped waiting: no verdict on it), not lost."""
     counts = Counter(str(f["utterance_id"]) for f in finals)
     texts = {str(f["utterance_id"]): str(f["text"]) for f in finals}
+    missing = sorted(set(expected) - set(texts))
+    undrained = [] if ended is None else [u for u in missing if _channel(u) not in ended]
     return {
         "expected": len(expected),
         "published": len(finals),
-        "lost": sorted(set(expected) - set(texts)),
+        "lost": [u for u in missing if u not in set(undrained)],
+        "not_drained": undrained,
         "duplicated": sorted(uid for uid, n in counts.items() if n > 1),
         "renumbered": sorted(set(texts) - set(expected)),
         "text_differs": sorted(u for u in set(expected) & set(texts) if expected[u] != texts[u]),
     }
+
+
+def _channel(utterance_id: str) -> tuple[str, str]:
+    """(call, channel) of an utterance id ``call:channel:index``."""
+    call, channel, _ = utterance_id.rsplit(":", 2)
+    return call, channel
 
 
 class OwnBroker:
@@ -200,7 +229,7 @@ class _Member:
         env |= {
             "STREAMSCRIBE_KAFKA_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS),
             "STREAMSCRIBE_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
-            "STREAMSCRIBE_LOG_LEVEL": "INFO",
+            "STREAMSCRIBE_LOG_LEVEL": os.environ.get("CHAOS_WORKER_LOG_LEVEL", "INFO"),
         }
         if armed:
             env["STREAMSCRIBE_FAULTS"] = armed
@@ -342,7 +371,9 @@ def run(
             while time.monotonic() - started < duration_s:
                 calls = live_calls(CALLS_PER_WAVE, f"wave{wave}", seed + wave)
                 audio |= {call.call_id: call.audio for call in calls}
-                publisher = PacedPublisher(kafka, calls).start()
+                publisher = PacedPublisher(
+                    kafka, calls, delivery_timeout_ms=PUBLISH_DELIVERY_TIMEOUT_MS
+                ).start()
                 while not publisher.done.is_set():
                     nemesis.tick(time.monotonic() - started)
                     time.sleep(0.5)
@@ -351,9 +382,7 @@ def run(
             nemesis_s = time.monotonic() - started
             nemesis.settle()
             channels = sum(len(call.channels) for call in audio.values())
-            drained = _wait_until(
-                lambda: len(_ended(reader, events_topic)) >= channels, DRAIN_TIMEOUT_S
-            )
+            drained = _drain(reader, events_topic, channels)
             drain_s = time.monotonic() - started - nemesis_s
         finally:
             for member in members:
@@ -366,6 +395,7 @@ def run(
         finals = list({(r.partition, r.offset): r.value for r in received}.values())
         rereads = len(received) - len(finals)
         events = [r.value for r in reader.snapshot(events_topic)]
+        dump_topics(kafka, prefix, LOG_DIR / f"{prefix}topics.json")
         TopicAdmin(kafka).delete([spec.name for spec in load_topic_specs(prefix=prefix)])
     expected = embedded_finals(audio)
     # Kept beside the worker logs for a post-mortem: the topics and the broker are gone.
@@ -386,8 +416,86 @@ def run(
         "actions": dict(sorted(nemesis.done.items())),
         "worker_starts": {m.worker_id: m.starts for m in members},
         "worker_exits": {m.worker_id: dict(m.exits) for m in members},
-        **verdict(expected, finals),
+        **verdict(
+            expected,
+            finals,
+            {
+                (str(e["call_id"]), str(e["channel"]))
+                for e in events
+                if e.get("type") == "session_ended"
+            },
+        ),
     }
+
+
+def dump_topics(kafka: KafkaSettings, prefix: str, path: Path) -> None:
+    """Every record of the run's audio (key, headers, offset: not the samples), checkpoints
+    and dead letters, committed or not, for a post-mortem once the broker is gone."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    dumped: dict[str, list[dict[str, Any]]] = {}
+    for role in (TopicRole.AUDIO_CHUNKS, TopicRole.CHECKPOINTS, TopicRole.DLQ):
+        name = topic_name(role, prefix)
+        for isolation in ("read_committed", "read_uncommitted"):
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": kafka.bootstrap_servers,
+                    "group.id": f"chaos-dump-{uuid.uuid4().hex}",
+                    "enable.auto.commit": False,
+                    "isolation.level": isolation,
+                }
+            )
+            try:
+                metadata = consumer.list_topics(name, timeout=10).topics[name]
+                partitions = [TopicPartition(name, p, 0) for p in metadata.partitions]
+                consumer.assign(partitions)
+                ends = {
+                    p.partition: consumer.get_watermark_offsets(p, timeout=10)[1]
+                    for p in partitions
+                }
+                rows: list[dict[str, Any]] = []
+                done: set[int] = {p for p, end in ends.items() if end <= 0}
+                deadline = time.monotonic() + 60
+                while len(done) < len(ends) and time.monotonic() < deadline:
+                    for m in consumer.consume(500, 1.0):
+                        if m.error() is not None:
+                            continue
+                        value = m.value()
+                        row: dict[str, Any] = {
+                            "partition": m.partition(),
+                            "offset": m.offset(),
+                            "timestamp_ms": m.timestamp()[1],
+                            "key": (m.key() or b"").decode("utf-8", "replace"),
+                            "headers": {
+                                k: (v or b"").decode("utf-8", "replace")
+                                for k, v in (m.headers() or [])
+                            },
+                        }
+                        if role is not TopicRole.AUDIO_CHUNKS and value is not None:
+                            row["value"] = value.decode("utf-8", "replace")
+                        row["tombstone"] = value is None
+                        rows.append(row)
+                        if m.offset() + 1 >= ends[m.partition()]:
+                            done.add(m.partition())
+                    positions = consumer.position(partitions)
+                    done |= {p.partition for p in positions if p.offset >= ends[p.partition]}
+                dumped[f"{role.value}:{isolation}"] = rows
+            finally:
+                consumer.close()
+    path.write_bytes(orjson.dumps(dumped))
+
+
+def _drain(reader: TopicReader, events_topic: str, channels: int) -> bool:
+    """Wait until every channel's session ended, as long as the workers make progress: each
+    channel that ends gives them ``DRAIN_TIMEOUT_S`` more (on a loaded machine they can be
+    minutes behind after the nemesis); False once none ended for that long."""
+    ended = len(_ended(reader, events_topic))
+    while ended < channels:
+        more = functools.partial(lambda seen: len(_ended(reader, events_topic)) > seen, ended)
+        if not _wait_until(more, DRAIN_TIMEOUT_S):
+            return False
+        ended = len(_ended(reader, events_topic))
+    return True
 
 
 def _wait_until(predicate: Any, timeout_s: float) -> bool:
@@ -426,6 +534,7 @@ def markdown(runs: Sequence[dict[str, Any]]) -> str:
             ", ".join(f"{k} {v}" for k, v in r["actions"].items()),
             f"{r['published']} / {r['expected']}",
             str(len(r["lost"])),
+            str(len(r.get("not_drained", ()))),
             str(len(r["duplicated"])),
             str(len(r["renumbered"])),
             str(len(r["text_differs"])),
@@ -440,6 +549,7 @@ def markdown(runs: Sequence[dict[str, Any]]) -> str:
         "nemesis actions",
         "finals published / expected",
         "lost",
+        "not drained",
         "duplicated",
         "renumbered",
         "text differs",
@@ -469,13 +579,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs.append(result)
         print(
             f"seed {seed}: {result['published']}/{result['expected']} finals, lost "
-            f"{len(result['lost'])}, duplicated {len(result['duplicated'])}, renumbered "
+            f"{len(result['lost'])}, not drained {len(result['not_drained'])}, duplicated "
+            f"{len(result['duplicated'])}, renumbered "
             f"{len(result['renumbered'])}, text differs {len(result['text_differs'])}",
             flush=True,
         )
     total = {
         key: sum(len(r[key]) for r in runs)
-        for key in ("lost", "duplicated", "renumbered", "text_differs")
+        for key in ("lost", "not_drained", "duplicated", "renumbered", "text_differs")
     }
     targets = [
         Target(

@@ -85,7 +85,7 @@ from bench.common import (
     rss_bytes,
     write_results,
 )
-from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.engine import SessionEnded, StreamingEngine
 from pipeline.asr.factory import engine_config, whisper_settings
 from pipeline.asr.recognizer import RecognitionRequest
 from pipeline.asr.session import SessionKey
@@ -177,10 +177,12 @@ def run_level(
     sample_memory: bool = True,
     drain_timeout_s: float = DRAIN_TIMEOUT_S,
     views_out: list[ViewUpdate] | None = None,
+    clips: Sequence[FixtureClip] | None = None,
 ) -> dict[str, Any]:
     """Run ``channels`` live channels of ``duration_s`` through ``engine`` (see the module
     docstring) and return the level's numbers; ``views_out`` gets what every output showed
-    (a caller that judges chunk → view against other systems).
+    (a caller that judges chunk → view against other systems). ``clips``: the channels' audio
+    (default: the fixture calls' channels, ``call_clips()``).
 
     The level ends once every session has ended, or ``drain_timeout_s`` after the last chunk
     was handed over: then ``drained`` is False and the sessions still open are dropped (the
@@ -196,7 +198,7 @@ def run_level(
         baseline_rss = rss_bytes()
     epoch_offset_s = time.time() - time.monotonic()
     t0 = time.monotonic() + 0.2
-    streams = plan_channels(channels, duration_s, seed, t0, call_clips())
+    streams = plan_channels(channels, duration_s, seed, t0, clips or call_clips())
     keys = [SessionKey(stream.stream_id, stream.channel) for stream in streams]
     next_chunk = [0] * len(streams)
     anchors_ms = {
@@ -211,6 +213,7 @@ def run_level(
     memory_samples: list[dict[str, float]] = []
     decode_steps = 0
     partials = finals = 0
+    speech_ms = audio_ms = 0
     early_before = (engine.early_finals_decoded, engine.early_finals_used)
     cpu = CpuMeter()
     next_memory_s = t0
@@ -248,6 +251,9 @@ def run_level(
                     final_latency_ms.append(output.latency_ms)
                 finals += 1
                 decoded = True
+            elif isinstance(output, SessionEnded):
+                speech_ms += output.speech_ms
+                audio_ms += output.audio_ms
         if decoded:
             decode_steps += 1
             step_s.append(elapsed)
@@ -288,6 +294,7 @@ def run_level(
         "undrained_sessions": len(undrained),
         "partials": partials,
         "finals": finals,
+        "speech_fraction": speech_ms / audio_ms if audio_ms else None,
         "early_finals": {
             "decoded": engine.early_finals_decoded - early_before[0],
             "used": engine.early_finals_used - early_before[1],

@@ -255,6 +255,7 @@ class Gateway:
             "STREAMSCRIBE_INGRESS_RTP_PORT_MAX": str(self.ports.stop - 1),
             "STREAMSCRIBE_INGRESS_MAX_CALLS": str(calls + 10),
             "STREAMSCRIBE_INGRESS_AUTH_TOKEN": TOKEN,
+            "STREAMSCRIBE_INGRESS_SIP_ENABLED": "false",
             "STREAMSCRIBE_INGRESS_IDLE_TIMEOUT_MS": "60000",
             "STREAMSCRIBE_LOG_LEVEL": "WARNING",
         }

@@ -84,6 +84,12 @@ BENCHMARKS = (
         args=(*TWO_THREADS, "--quantization", "int8"),
         module="engine_concurrency",
     ),
+    Benchmark(
+        "engine_profile",
+        "CPU per channel-audio second by stage (VAD, mel, encoder, decoder, ...), 1/8/16 ch",
+        in_quick=False,
+        args=TWO_THREADS,
+    ),
     Benchmark("transport", "worker with a no-op model vs a bare consumer", needs_kafka=True),
     Benchmark(
         "e2e", "end to end through Kafka; kill -9 recovery", needs_kafka=True, args=TWO_THREADS

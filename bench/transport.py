@@ -64,9 +64,9 @@ from pipeline.contracts import decode_chunk
 from pipeline.producer import AudioPublisher
 from pipeline.runtime.kafka import consumer_config
 from pipeline.runtime.metrics import WorkerMetrics
-from pipeline.runtime.worker import AsrWorker
 from pipeline.settings import KafkaSettings, Settings, WorkerSettings
 from pipeline.topics import TopicRole, topic_name
+from pipeline.worker.loop import AsrWorker
 
 NAME = "transport"
 CHUNK_MS = 20

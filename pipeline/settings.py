@@ -298,8 +298,15 @@ class WorkerSettings:
     idle_timeout_ms: int = setting(
         30000,
         "IDLE_TIMEOUT_MS",
-        "close a session after this long without its audio (time spent fetching: pauses and "
-        "stalls do not count)",
+        "close a session after this long without its audio while its partition delivers "
+        "other records (pauses, stalls and outages do not count)",
+        minimum=1,
+    )
+    quiet_idle_timeout_ms: int = setting(
+        300_000,
+        "QUIET_IDLE_TIMEOUT_MS",
+        "close a session after this long without its audio when its partition delivers no "
+        "record at all (time spent fetching; a publisher or broker outage looks the same)",
         minimum=1,
     )
     ended_retention_ms: int = setting(
@@ -626,7 +633,7 @@ class IngressSettings:
     allowed_networks: str = setting(
         "127.0.0.0/8,::1/128",
         "INGRESS_ALLOWED_NETWORKS",
-        "comma-separated networks RTP may come from; `any` = every address",
+        "comma-separated networks RTP and SIP may come from; `any` = every address",
         non_empty=True,
     )
     auth_token: str = setting(
@@ -669,6 +676,13 @@ class IngressSettings:
         minimum=0,
         maximum=10_000,
     )
+    reorder_start_hold_ms: int = setting(
+        40,
+        "INGRESS_REORDER_START_HOLD_MS",
+        "how long a stream's first packets wait to be reordered (0: the first one starts it)",
+        minimum=0,
+        maximum=1000,
+    )
     max_gap_ms: int = setting(
         10_000,
         "INGRESS_MAX_GAP_MS",
@@ -682,6 +696,28 @@ class IngressSettings:
         "largest WebSocket frame taken (a larger one closes the stream with 1009)",
         minimum=1024,
         maximum=16 * 1024 * 1024,
+    )
+    sip_enabled: bool = setting(
+        True, "INGRESS_SIP_ENABLED", "answer SIP calls (UDP and TCP) on `ingress.sip_port`"
+    )
+    sip_bind: str = setting("0.0.0.0", "INGRESS_SIP_BIND", "address SIP (UDP and TCP) binds")
+    sip_port: int = setting(
+        5060,
+        "INGRESS_SIP_PORT",
+        "SIP port, UDP and TCP (0: any free port, the same for both)",
+        minimum=0,
+        maximum=65535,
+    )
+    siprec_agent_rule: str = setting(
+        "",
+        "INGRESS_SIPREC_AGENT_RULE",
+        "which SIPREC participant is the agent: `aor:GLOB`, `domain:DOMAIN` or `name:GLOB`, "
+        "comma-separated alternatives; empty = SIPREC refused (420)",
+    )
+    dtmf_digits_in_events: bool = setting(
+        False,
+        "INGRESS_DTMF_DIGITS_IN_EVENTS",
+        "name the digit in `dtmf_received` events (off: they say a key was pressed, not which)",
     )
     reject_log_interval_ms: int = setting(
         10_000,

@@ -24,8 +24,9 @@ __all__ = ["register"]
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "ingress",
-        help="telephony ingress gateway: RTP and WebSocket media streams into audio.chunks",
-        description="Receive live call media (RTP on ports allocated with POST /v1/calls, "
+        help="telephony ingress gateway: SIP/SIPREC, RTP and WebSocket media into audio.chunks",
+        description="Receive live call media (SIP and SIPREC calls on ingress.sip_port, "
+        "RTP on ports allocated with POST /v1/calls, "
         "Twilio Media Streams on /ws/twilio, FreeSWITCH audio_fork / jambonz on /ws/fork) and "
         "publish it to audio.chunks. Settings: STREAMSCRIBE_INGRESS_* (docs/ingress.md).",
     )
@@ -68,9 +69,10 @@ def _ingress_settings(args: argparse.Namespace) -> Settings:
 def _run(args: argparse.Namespace) -> int:
     settings = _ingress_settings(args)
     # Imported here: aiohttp and confluent-kafka load only for the command that runs them.
-    from pipeline.ingress.server import validate_ingress_settings
+    from pipeline.ingress.server import validate_agent_rule, validate_ingress_settings
 
     validate_ingress_settings(settings.ingress)
+    validate_agent_rule(settings.ingress)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -79,6 +81,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: Settings) -> None:
+    import socket
+
+    from pipeline.ingress.events import TransportEventSink
     from pipeline.ingress.metrics import IngressMetrics
     from pipeline.ingress.server import IngressGateway, TimedTransport
     from pipeline.producer.kafka import KafkaTransport, producer_config
@@ -87,10 +92,15 @@ async def _serve(settings: Settings) -> None:
     from pipeline.topics import TopicRole, topic_name
 
     metrics = IngressMetrics()
+    kafka = KafkaTransport(producer_config(settings.kafka, settings.publisher))
     transport = TimedTransport(
-        KafkaTransport(producer_config(settings.kafka, settings.publisher)),
-        metrics.publish_latency.observe,
-        metrics.arrival_to_ack.observe,
+        kafka, metrics.publish_latency.observe, metrics.arrival_to_ack.observe
+    )
+    # Events share the producer (its reports are served with the audio's) but not the timing.
+    events = TransportEventSink(
+        kafka,
+        topic_name(TopicRole.EVENTS, settings.kafka.topic_prefix),
+        metrics.publish_failures.inc,
     )
     publisher = AudioPublisher(
         transport,
@@ -112,6 +122,8 @@ async def _serve(settings: Settings) -> None:
         readiness=readiness,
         on_media=transport.mark_arrival,
         default_tenant=settings.publisher.tenant,
+        events=events,
+        source=f"ingress-{socket.gethostname()}",
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -123,6 +135,13 @@ async def _serve(settings: Settings) -> None:
         file=sys.stderr,
         flush=True,
     )
+    if gateway.sip_port:
+        print(
+            f"streamscribe ingress: SIP on {settings.ingress.sip_bind}:{gateway.sip_port} "
+            "(UDP, TCP)",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         await stop.wait()
     finally:

@@ -3,9 +3,11 @@
 Each file is one call (its id: the file name without extension); a stereo file is split into
 ``agent`` (left) and ``customer`` (right). All files advance together, chunk by chunk, so their
 sessions share recognizer batches as a worker's would. ``--realtime`` paces the input like a live
-call; ``--json`` prints one JSON object per line with a ``type`` field. The tenant's redaction
-policy (``STREAMSCRIBE_REDACTION_POLICY``, docs/redaction.md) applies to everything printed, as
-it does to what a worker publishes.
+call and, as the worker takes every record waiting, feeds all the audio spoken during a long step
+before the next one (warning once on stderr when it falls more than ``LAG_WARNING_MS`` behind);
+``--json`` prints one JSON object per line with a ``type`` field. The tenant's redaction policy
+(``STREAMSCRIBE_REDACTION_POLICY``, docs/redaction.md) applies to everything printed, as it does
+to what a worker publishes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ if TYPE_CHECKING:
     from pipeline.asr.engine import EngineOutput
 
 __all__ = ["register"]
+
+LAG_WARNING_MS = 2000
+"""Behind the audio by more than this, ``--realtime`` warns once that it cannot keep up."""
 
 
 def register(subparsers: Any) -> None:
@@ -104,33 +109,62 @@ def _transcribe(args: argparse.Namespace) -> int:
     pacer.wait_until(0)  # the pace starts now
     position_ms = 0
     longest_ms = max(call.duration_ms for call in calls)
+    behind = _Lag(sys.stderr)
     while position_ms < longest_ms or position_ms == 0:
-        end_ms = position_ms + args.chunk_ms
-        for call in calls:
-            rate = call.sample_rate_hz
-            first, last = position_ms * rate // 1000, end_ms * rate // 1000
-            for channel, samples in call.channels.items():
-                # An empty file is a call that ends at once (one empty end-of-stream chunk per
-                # channel, as publish sends it), so it gets its session_ended like any other.
-                if first and first >= len(samples):
-                    continue
-                engine.accept(
-                    SessionKey(call.call_id, channel),
-                    samples[first:last],
-                    rate,
-                    tenant=tenant,
-                    capture_ms=started_ms + position_ms if args.realtime else None,
-                    end_of_stream=last >= len(samples),
-                )
-        position_ms = end_ms
+        due_ms = position_ms + args.chunk_ms
         if args.realtime:
-            pacer.wait_until(position_ms)  # step once the audio fed so far has been spoken
+            # As a worker takes every record waiting in Kafka: once a step ran long, all the
+            # audio spoken meanwhile goes in before the next step, so a backlog is worked off.
+            pacer.wait_until(due_ms)
+            spoken_ms = int(pacer.elapsed_ms()) // args.chunk_ms * args.chunk_ms
+            due_ms = max(due_ms, min(spoken_ms, -(-longest_ms // args.chunk_ms) * args.chunk_ms))
+        while position_ms < due_ms:
+            end_ms = position_ms + args.chunk_ms
+            for call in calls:
+                rate = call.sample_rate_hz
+                first, last = position_ms * rate // 1000, end_ms * rate // 1000
+                for channel, samples in call.channels.items():
+                    # An empty file is a call that ends at once (one empty end-of-stream chunk
+                    # per channel, as publish sends it), so it gets its session_ended like any
+                    # other.
+                    if first and first >= len(samples):
+                        continue
+                    engine.accept(
+                        SessionKey(call.call_id, channel),
+                        samples[first:last],
+                        rate,
+                        tenant=tenant,
+                        capture_ms=started_ms + position_ms if args.realtime else None,
+                        end_of_stream=last >= len(samples),
+                    )
+            position_ms = end_ms
         printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
+        if args.realtime:
+            behind.observe(pacer.elapsed_ms() - position_ms)
     while engine.sessions:
         printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
     printer.emit(redactor.flush_all())
     printer.done()
     return 0
+
+
+class _Lag:
+    """Says once, on stderr, when ``--realtime`` falls behind the audio by more than
+    ``LAG_WARNING_MS`` (the machine cannot keep up with these calls live), and how far it got."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.worst_ms = 0.0
+        self._warned = False
+
+    def observe(self, lag_ms: float) -> None:
+        self.worst_ms = max(self.worst_ms, lag_ms)
+        if lag_ms > LAG_WARNING_MS and not self._warned:
+            self._warned = True
+            self._stream.write(
+                f"transcribe: {lag_ms / 1000:.1f} s behind real time: this machine cannot keep "
+                "up with these calls live; the audio waiting is taken at the next step\n"
+            )
 
 
 class _Printer:

@@ -51,7 +51,7 @@ def _run(args: argparse.Namespace) -> int:
     from pipeline.hotwords import HotwordRegistry, ListRef
     from pipeline.runtime.health import KafkaProbe, Readiness, start_health_server
     from pipeline.runtime.metrics import Dependency, WorkerMetrics
-    from pipeline.runtime.worker import AsrWorker
+    from pipeline.worker.loop import AsrWorker
 
     # SIGTERM before the worker runs (loading the model, waiting for Redis): nothing to hand
     # over yet, so leave at once (as PID 1 in a container the default would ignore it).

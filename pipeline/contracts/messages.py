@@ -86,6 +86,8 @@ class EventType(enum.StrEnum):
     HOTWORDS_UPDATED = "hotwords_updated"
     DEPENDENCY_DOWN = "dependency_down"
     DEPENDENCY_UP = "dependency_up"
+    INGRESS_CALL_STARTED = "ingress_call_started"
+    DTMF_RECEIVED = "dtmf_received"
 
 
 def utterance_id(call_id: str, channel: str, utterance_index: int) -> str:

@@ -13,6 +13,7 @@ Time comes in as arrival times (epoch ms) from the caller.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections import deque
 from collections.abc import Iterable, Iterator
@@ -108,10 +109,18 @@ class Received:
     filled_samples: int = 0
     discontinuity: bool = False
     dtmf: TelephoneEvent | None = None
-    """Set once per telephone event, on its first end packet (RFC 4733 sends three)."""
+    """A telephone event whose first end packet (RFC 4733 sends three) the reorder buffer
+    dropped (late, or a duplicate of another's): placed where the channel's audio is now."""
+    started_ms: int | None = None
+    """The stream's first arrival, when a start hold let its first audio out later."""
+    dtmf_placed: tuple[tuple[TelephoneEvent, int], ...] = ()
+    """Each telephone event (once, by its first end packet) that the buffer let out, with
+    where it starts: samples from the start of ``audio`` (by its RTP timestamp)."""
 
     @classmethod
     def of(cls, release: Release, dtmf: TelephoneEvent | None = None) -> Received:
+        """``dtmf``: the event of the packet pushed, kept only if the buffer dropped it."""
+        placed = tuple((mark, at) for mark, at in release.marks if isinstance(mark, TelephoneEvent))
         return cls(
             release.audio,
             None,
@@ -119,7 +128,9 @@ class Received:
             release.lost_packets,
             release.filled_samples,
             release.discontinuity,
-            dtmf,
+            dtmf if release.status is not PushStatus.ACCEPTED else None,
+            release.started_ms,
+            placed,
         )
 
 
@@ -133,8 +144,16 @@ class RtpReceiver:
     meanwhile refuses the held one (``unexpected_ssrc``).
     """
 
-    def __init__(self, spec: ChannelSpec, policy: SourcePolicy, jitter: JitterConfig) -> None:
+    def __init__(
+        self,
+        spec: ChannelSpec,
+        policy: SourcePolicy,
+        jitter: JitterConfig,
+        encoding: Encoding | None = None,
+    ) -> None:
         self.spec = spec
+        self.encoding = encoding or spec.encoding
+        """What the channel publishes (a re-INVITE may change the codec, never this)."""
         self._policy = policy
         self._buffer = JitterBuffer(jitter)
         self._source: tuple[str, int] | None = None
@@ -168,7 +187,7 @@ class RtpReceiver:
         elif packet.payload_type == COMFORT_NOISE_PAYLOAD_TYPE:
             pass  # its span is filled with silence by the next audio packet's timestamp
         elif self._takes_audio(packet.payload_type):
-            audio = self.spec.codec.to_contract_payload(packet.payload)
+            audio = self.spec.codec.to_encoding(packet.payload, self.encoding)
             if audio is None:
                 return _refuse(RejectReason.BAD_PAYLOAD, f"{len(packet.payload)} bytes of L16")
         else:
@@ -180,22 +199,25 @@ class RtpReceiver:
             return self._probation(
                 packet.ssrc, packet.sequence_number, packet.timestamp, audio, arrival_ms, dtmf
             )
+        release = self._buffer.push(
+            packet.sequence_number, packet.timestamp, audio, arrival_ms, mark=dtmf
+        )
         if self._candidate is not None:
             self._candidate = None
-            release = self._buffer.push(packet.sequence_number, packet.timestamp, audio, arrival_ms)
             held = Received.of(release, dtmf)
-            return Received(
-                held.audio,
-                Rejected(RejectReason.UNEXPECTED_SSRC, "a second SSRC interleaved"),
-                held.status,
-                held.lost_packets,
-                held.filled_samples,
-                held.discontinuity,
-                dtmf,
+            return dataclasses.replace(
+                held, rejected=Rejected(RejectReason.UNEXPECTED_SSRC, "a second SSRC interleaved")
             )
-        return Received.of(
-            self._buffer.push(packet.sequence_number, packet.timestamp, audio, arrival_ms), dtmf
-        )
+        return Received.of(release, dtmf)
+
+    def renegotiate(self, spec: ChannelSpec) -> None:
+        """A re-INVITE changed what the channel carries: from now on ``spec``'s payload
+        types, converted to the channel's encoding, from whichever allowed source sends
+        first (a transfer or a new media server). Its packets continue the same timeline
+        (a new SSRC or sequence is a discontinuity, as always)."""
+        self.spec = spec
+        self._payload_type = spec.payload_type or spec.codec.static_payload_type
+        self._source = None
 
     def _takes_audio(self, payload_type: int) -> bool:
         if self._payload_type is None and 96 <= payload_type <= 127:
@@ -218,7 +240,8 @@ class RtpReceiver:
         self._candidate = None
         self._ssrc = ssrc
         first = self._buffer.push(held[1], held[2], held[3], held[4], new_source=True)
-        second = self._buffer.push(sequence_number, timestamp, audio, arrival_ms)
+        second = self._buffer.push(sequence_number, timestamp, audio, arrival_ms, mark=dtmf)
+        shift = len(first.audio) // self.encoding.bytes_per_sample
         return Received(
             first.audio + second.audio,
             None,
@@ -226,7 +249,13 @@ class RtpReceiver:
             first.lost_packets + second.lost_packets,
             first.filled_samples + second.filled_samples,
             True,
-            dtmf,
+            dtmf if second.status is not PushStatus.ACCEPTED else None,
+            first.started_ms,
+            tuple(
+                (mark, at + shift)
+                for mark, at in first.marks + second.marks
+                if isinstance(mark, TelephoneEvent)
+            ),
         )
 
     def expire(self, now_ms: int) -> Received:
@@ -259,6 +288,8 @@ class Call:
     created_ms: int
     last_media_ms: int | None = None
     origin_ms: int | None = None
+    held: bool = False
+    """On hold (signalled by SIP): no media is expected, so the idle timeout waits."""
     _channels: dict[str, _ChannelTimeline] = field(default_factory=dict)
 
     @property
@@ -335,5 +366,5 @@ class CallRegistry:
         return [
             call.call_id
             for call in self._calls.values()
-            if now_ms - call.idle_since_ms() >= idle_timeout_ms
+            if not call.held and now_ms - call.idle_since_ms() >= idle_timeout_ms
         ]

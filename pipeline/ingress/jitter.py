@@ -15,6 +15,9 @@ Contracts:
   (``expire`` with the current time releases those without a new packet).
 - A packet already received (waiting or released) is a ``DUPLICATE``; one older than the audio
   already released is ``LATE``: both are dropped and counted, never output.
+- **Start hold** (``start_hold_ms`` > 0): the first packets of a stream wait up to that long
+  (or until ``depth_packets`` wait) before the stream starts, at the earliest of them: a
+  stream's first packets overtaken by the second are reordered, not dropped as late.
 - A jump of the sequence number (more than ``max_dropout_packets`` ahead or
   ``max_misorder_packets`` behind, RFC 3550 A.1) or of the timestamp (more than ``max_gap_ms``)
   and every new source is a ``discontinuity``: the waiting packets are released, the silence
@@ -57,6 +60,7 @@ class JitterConfig:
     max_gap_ms: int = 10_000
     max_dropout_packets: int = 3000
     max_misorder_packets: int = 100
+    start_hold_ms: int = 0
 
     @property
     def max_gap_samples(self) -> int:
@@ -78,6 +82,13 @@ class Release:
     lost_packets: int = 0
     filled_samples: int = 0
     discontinuity: bool = False
+    started_ms: int | None = None
+    """Set when this release starts the stream after a start hold: the first packet's arrival
+    (where the channel begins on the call's timeline, not when the hold let it out)."""
+    marks: tuple[tuple[object, int], ...] = ()
+    """The marks (``push(mark=…)``) of the packets released, each with where its timestamp
+    falls, in samples from the start of ``audio`` (at or past its end for a packet after the
+    last audio: the silence up to it is not out yet)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class _Waiting:
     timestamp: int
     audio: bytes | None
     arrival_ms: int
+    mark: object | None = None
 
 
 class JitterBuffer:
@@ -101,12 +113,15 @@ class JitterBuffer:
         self._last_arrival_ms = 0
         self._last_duration_ms = 0
         self._last_transit_ms: float | None = None
+        self._held: list[tuple[int, int, bytes | None, int, object | None]] = []
+        """The first packets while the start hold lasts: (sequence, timestamp, audio, arrival,
+        mark)."""
         self.jitter_ms = 0.0
         """RFC 3550 §6.4.1 interarrival jitter estimate of the current stream, milliseconds."""
 
     @property
     def waiting_packets(self) -> int:
-        return len(self._waiting)
+        return len(self._waiting) + len(self._held)
 
     def push(
         self,
@@ -116,13 +131,18 @@ class JitterBuffer:
         arrival_ms: int,
         *,
         new_source: bool = False,
+        mark: object | None = None,
     ) -> Release:
         """Take one packet (``audio`` None: a packet that holds a place in the sequence but no
-        audio, such as a telephone event or comfort noise) and release what is now due."""
+        audio, such as a telephone event or comfort noise) and release what is now due.
+        ``mark`` comes back in the ``Release.marks`` of the release that lets the packet out
+        (a telephone event placed on the channel's timeline), never for a packet dropped."""
         config = self._config
         if not self._started:
+            if config.start_hold_ms > 0:
+                return self._hold(sequence_number, timestamp, audio, arrival_ms, mark)
             self._start(sequence_number, timestamp, _EPOCH)
-            return self._accept(self._next_ext, timestamp, audio, arrival_ms, False)
+            return self._accept(self._next_ext, timestamp, audio, arrival_ms, False, mark)
         ahead = _signed(sequence_number - self._next_ext, _SEQ_MODULO)
         ts_ahead = _signed(timestamp - self._next_ts, _TS_MODULO)
         if (
@@ -131,21 +151,59 @@ class JitterBuffer:
             or ahead < -config.max_misorder_packets
             or abs(ts_ahead) > config.max_gap_samples
         ):
-            return self._discontinuity(sequence_number, timestamp, audio, arrival_ms)
+            return self._discontinuity(sequence_number, timestamp, audio, arrival_ms, mark)
         ext = self._next_ext + ahead
         if ext in self._waiting or ext in self._seen_set:
             return Release(b"", PushStatus.DUPLICATE)
         if ahead < 0:
             return Release(b"", PushStatus.LATE)
-        return self._accept(ext, timestamp, audio, arrival_ms, False)
+        return self._accept(ext, timestamp, audio, arrival_ms, False, mark)
 
     def expire(self, now_ms: int) -> Release:
         """Release what waited too long by ``now_ms`` (giving up the packets missing before it)."""
+        if self._held and now_ms - self._held[0][3] >= self._config.start_hold_ms:
+            return self._start_held()
         return self._release(now_ms, force=False)
 
     def drain(self) -> Release:
         """Release everything that waits (the stream ended): missing packets are lost."""
-        return self._release(self._last_arrival_ms, force=True)
+        started = self._start_held() if self._held else Release(b"")
+        drained = self._release(self._last_arrival_ms, force=True)
+        return self._joined(started, drained)
+
+    def _hold(
+        self,
+        sequence_number: int,
+        timestamp: int,
+        audio: bytes | None,
+        arrival_ms: int,
+        mark: object | None,
+    ) -> Release:
+        if any(held[0] == sequence_number for held in self._held):
+            return Release(b"", PushStatus.DUPLICATE)
+        self._held.append((sequence_number, timestamp, audio, arrival_ms, mark))
+        first_ms = self._held[0][3]
+        if (
+            len(self._held) >= self._config.depth_packets
+            or arrival_ms - first_ms >= self._config.start_hold_ms
+        ):
+            return self._start_held()
+        return Release(b"")
+
+    def _start_held(self) -> Release:
+        """Start the stream at the earliest held packet (by sequence, relative to the first to
+        arrive), then take the others in their arrival order."""
+        held, self._held = self._held, []
+        first = held[0][0]
+        earliest = min(held, key=lambda packet: _signed(packet[0] - first, _SEQ_MODULO))
+        self._start(earliest[0], earliest[1], _EPOCH)
+        out = self._accept(
+            self._next_ext, earliest[1], earliest[2], earliest[3], False, earliest[4]
+        )
+        for packet in held:
+            if packet is not earliest:
+                out = self._joined(out, self.push(*packet[:4], mark=packet[4]))
+        return self._joined(Release(b"", started_ms=held[0][3]), out)
 
     def _start(self, sequence_number: int, timestamp: int, base: int) -> None:
         self._started = True
@@ -156,7 +214,12 @@ class JitterBuffer:
         self._last_transit_ms = None
 
     def _discontinuity(
-        self, sequence_number: int, timestamp: int, audio: bytes | None, arrival_ms: int
+        self,
+        sequence_number: int,
+        timestamp: int,
+        audio: bytes | None,
+        arrival_ms: int,
+        mark: object | None,
     ) -> Release:
         flushed = self._release(arrival_ms, force=True)
         gap_ms = arrival_ms - self._last_arrival_ms - self._last_duration_ms
@@ -164,19 +227,24 @@ class JitterBuffer:
             self._config.sample_rate_hz // 1000
         )
         self._start(sequence_number, timestamp, self._next_ext + _EPOCH)
-        after = self._accept(self._next_ext, timestamp, audio, arrival_ms, True)
-        silence = self._config.silence_sample * gap_samples
-        return Release(
-            flushed.audio + silence + after.audio,
-            lost_packets=flushed.lost_packets + after.lost_packets,
-            filled_samples=flushed.filled_samples + gap_samples + after.filled_samples,
+        after = self._accept(self._next_ext, timestamp, audio, arrival_ms, True, mark)
+        silence = Release(
+            self._config.silence_sample * gap_samples,
+            filled_samples=gap_samples,
             discontinuity=True,
         )
+        return self._joined(self._joined(flushed, silence), after)
 
     def _accept(
-        self, ext: int, timestamp: int, audio: bytes | None, arrival_ms: int, discontinuity: bool
+        self,
+        ext: int,
+        timestamp: int,
+        audio: bytes | None,
+        arrival_ms: int,
+        discontinuity: bool,
+        mark: object | None = None,
     ) -> Release:
-        self._waiting[ext] = _Waiting(timestamp, audio, arrival_ms)
+        self._waiting[ext] = _Waiting(timestamp, audio, arrival_ms, mark)
         if audio is not None:  # an event's packets repeat its start time: no transit to measure
             self._update_jitter(timestamp, arrival_ms)
         self._last_arrival_ms = max(self._last_arrival_ms, arrival_ms)
@@ -186,13 +254,7 @@ class JitterBuffer:
         released = self._release(arrival_ms, force=False)
         if not discontinuity:
             return released
-        return Release(
-            released.audio,
-            PushStatus.ACCEPTED,
-            released.lost_packets,
-            released.filled_samples,
-            True,
-        )
+        return self._joined(released, Release(b"", discontinuity=True))
 
     def _update_jitter(self, timestamp: int, arrival_ms: int) -> None:
         transit_ms = arrival_ms - timestamp * 1000 / self._config.sample_rate_hz
@@ -207,6 +269,7 @@ class JitterBuffer:
         out = bytearray()
         lost = 0
         filled = 0
+        marks: list[tuple[object, int]] = []
         while self._waiting:
             entry = self._waiting.pop(self._next_ext, None)
             if entry is None:
@@ -223,6 +286,9 @@ class JitterBuffer:
                 continue
             self._remember(self._next_ext)
             self._next_ext += 1
+            if entry.mark is not None:
+                ahead = _signed(entry.timestamp - self._next_ts, _TS_MODULO)
+                marks.append((entry.mark, len(out) // config.bytes_per_sample + ahead))
             if entry.audio is None:
                 continue
             audio = entry.audio
@@ -236,7 +302,22 @@ class JitterBuffer:
             out += audio
             samples = len(entry.audio) // config.bytes_per_sample
             self._next_ts = (entry.timestamp + samples) % _TS_MODULO
-        return Release(bytes(out), PushStatus.ACCEPTED, lost, filled)
+        return Release(bytes(out), PushStatus.ACCEPTED, lost, filled, marks=tuple(marks))
+
+    def _joined(self, first: Release, second: Release) -> Release:
+        """Two releases of one call as one (the audio in order, the counts added, the second's
+        marks moved past the first's audio)."""
+        status = first.status if first.status is not PushStatus.ACCEPTED else second.status
+        shift = len(first.audio) // self._config.bytes_per_sample
+        return Release(
+            first.audio + second.audio,
+            status,
+            first.lost_packets + second.lost_packets,
+            first.filled_samples + second.filled_samples,
+            first.discontinuity or second.discontinuity,
+            first.started_ms if first.started_ms is not None else second.started_ms,
+            first.marks + tuple((mark, at + shift) for mark, at in second.marks),
+        )
 
     def _remember(self, ext: int) -> None:
         if len(self._seen) == self._seen.maxlen:

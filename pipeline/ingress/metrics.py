@@ -29,7 +29,7 @@ _LATENCY_BUCKETS_S = (
     0.25, 0.5, 1.0, 2.5, 5.0,
 )  # fmt: skip
 _JITTER_BUCKETS_S = (0.001, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2)
-_TRANSPORT = LabelSpec("transport", ("rtp", "twilio", "fork"))
+_TRANSPORT = LabelSpec("transport", ("rtp", "sip", "siprec", "twilio", "fork"))
 _PROTOCOL = LabelSpec("protocol", ("twilio", "fork"))
 
 CALLS_OPEN = MetricSpec(

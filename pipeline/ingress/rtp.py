@@ -10,7 +10,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import numpy as np
+
 from pipeline.contracts import Encoding
+from pipeline.contracts.g711 import alaw_decode, alaw_encode, mulaw_decode, mulaw_encode
 
 __all__ = [
     "COMFORT_NOISE_PAYLOAD_TYPE",
@@ -57,6 +60,17 @@ class RejectReason(enum.StrEnum):
     MEDIA_BEFORE_START = "media_before_start"
     UNAUTHORIZED = "unauthorized"
     CALL_LIMIT = "call_limit"
+    BAD_SIP = "bad_sip"
+    BAD_SDP = "bad_sdp"
+    NO_COMMON_CODEC = "no_common_codec"
+    UNSUPPORTED_BODY = "unsupported_body"
+    UNSUPPORTED_EXTENSION = "unsupported_extension"
+    NO_DIALOG = "no_dialog"
+    SIPREC_NO_METADATA = "siprec_no_metadata"
+    SIPREC_BAD_METADATA = "siprec_bad_metadata"
+    SIPREC_UNLABELLED_STREAM = "siprec_unlabelled_stream"
+    SIPREC_UNKNOWN_LABEL = "siprec_unknown_label"
+    SIPREC_AGENT_UNRESOLVED = "siprec_agent_unresolved"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +224,25 @@ class Codec(enum.StrEnum):
         swapped[0::2] = payload[1::2]
         swapped[1::2] = payload[0::2]
         return bytes(swapped)
+
+    def to_encoding(self, payload: bytes, encoding: Encoding) -> bytes | None:
+        """The payload in ``encoding``, which may be another codec's: a call keeps the
+        encoding it was opened with when a re-INVITE changes the codec at the same rate (G.711
+        laws are converted through linear PCM; L16 to G.711 is G.711's own quantisation)."""
+        contract = self.to_contract_payload(payload)
+        if contract is None or encoding is self.encoding:
+            return contract
+        if self is Codec.PCMU:
+            pcm = mulaw_decode(np.frombuffer(contract, dtype=np.uint8))
+        elif self is Codec.PCMA:
+            pcm = alaw_decode(np.frombuffer(contract, dtype=np.uint8))
+        else:
+            pcm = np.frombuffer(contract, dtype="<i2")
+        if encoding is Encoding.MULAW:
+            return mulaw_encode(pcm).tobytes()
+        if encoding is Encoding.ALAW:
+            return alaw_encode(pcm).tobytes()
+        return pcm.astype("<i2").tobytes()
 
 
 _CODEC_ALIASES = {

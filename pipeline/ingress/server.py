@@ -41,6 +41,7 @@ from pipeline.ingress.calls import (
     SourcePolicy,
     silence_of,
 )
+from pipeline.ingress.events import DtmfNotice, EventSink, call_started, dtmf_received
 from pipeline.ingress.jitter import JitterConfig, PushStatus
 from pipeline.ingress.media_streams import (
     TWILIO_SAMPLE_RATE_HZ,
@@ -54,10 +55,18 @@ from pipeline.ingress.media_streams import (
 )
 from pipeline.ingress.metrics import IngressMetrics
 from pipeline.ingress.rtp import Codec, Rejected, RejectReason, TelephoneEvent
+from pipeline.ingress.sip_server import SIP_TRANSPORTS, SipServer
+from pipeline.ingress.siprec import AgentRule
 from pipeline.producer.publisher import AudioPublisher, CallStream, DeliveryCallback, Transport
 from pipeline.settings import IngressSettings, env_variable
 
-__all__ = ["DtmfNotice", "IngressGateway", "TimedTransport", "validate_ingress_settings"]
+__all__ = [
+    "DtmfNotice",
+    "IngressGateway",
+    "TimedTransport",
+    "validate_agent_rule",
+    "validate_ingress_settings",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -95,17 +104,15 @@ def validate_ingress_settings(settings: IngressSettings) -> SourcePolicy:
         ) from None
 
 
-@dataclass(frozen=True, slots=True)
-class DtmfNotice:
-    """A digit was pressed on a channel (kept out of the audio; for redaction later).
-
-    ``offset_ms`` is where on the channel's timeline it starts (the audio published so far)."""
-
-    call_id: str
-    channel: str
-    digit: str
-    offset_ms: int
-    duration_ms: int
+def validate_agent_rule(settings: IngressSettings) -> AgentRule:
+    """The SIPREC agent rule of ``settings``. Raises ConfigError when it does not parse."""
+    try:
+        return AgentRule.parse(settings.siprec_agent_rule)
+    except ValueError as error:
+        raise ConfigError(
+            f"ingress.siprec_agent_rule ({env_variable(IngressSettings, 'siprec_agent_rule')}): "
+            f"{error}"
+        ) from None
 
 
 class TimedTransport:
@@ -226,7 +233,9 @@ class _RtpProtocol(asyncio.DatagramProtocol):
 class IngressGateway:
     """The gateway: start it, serve, stop it (which ends every open call with end-of-stream).
 
-    ``on_dtmf`` receives every digit notice (none are published into audio.chunks);
+    ``on_dtmf`` receives every digit notice (none are published into audio.chunks; ``events``,
+    when given, gets a ``dtmf_received`` event per digit and an ``ingress_call_started`` per
+    call, see ``pipeline.ingress.events``);
     ``on_media`` is called as each datagram or WebSocket frame is read, before it is handled
     (``TimedTransport.mark_arrival``: what ``ingress_arrival_to_ack_seconds`` is measured from).
     """
@@ -242,10 +251,16 @@ class IngressGateway:
         on_dtmf: Callable[[DtmfNotice], None] | None = None,
         on_media: Callable[[], None] | None = None,
         default_tenant: str = "default",
+        events: EventSink | None = None,
+        source: str = "ingress",
     ) -> None:
         self._settings = settings
         self._default_tenant = default_tenant
         self._policy = validate_ingress_settings(settings)
+        self._agent_rule = validate_agent_rule(settings)
+        self._events = events
+        self._source = source
+        self._sip: SipServer | None = None
         self._publisher = publisher
         self.metrics = metrics or IngressMetrics()
         self._clock: Clock = clock or WallClock()
@@ -281,7 +296,15 @@ class IngressGateway:
         site = web.TCPSite(self._runner, self._settings.bind, self._settings.port)
         await site.start()
         self.port = int(self._runner.addresses[0][1])
+        if self._settings.sip_enabled:
+            self._sip = SipServer(self, self._settings, self._policy, self._agent_rule)
+            await self._sip.start()
         self._ticker = asyncio.create_task(self._tick_forever())
+
+    @property
+    def sip_port(self) -> int:
+        """The bound SIP port (UDP and TCP); 0 when SIP is off."""
+        return self._sip.port if self._sip is not None else 0
 
     async def stop(self) -> None:
         """End every open call (end-of-stream on each channel), wait for the deliveries, close
@@ -293,6 +316,8 @@ class IngressGateway:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
+        if self._sip is not None:
+            await self._sip.stop()
         if self._runner is not None:
             await self._runner.cleanup()
         await asyncio.get_running_loop().run_in_executor(None, self._flush_publisher)
@@ -318,6 +343,8 @@ class IngressGateway:
                 self._apply(live, channel, receiver.expire(now_ms), now_ms, "rtp")
         for call_id in self._registry.idle(now_ms, self._settings.idle_timeout_ms):
             self._end_call(call_id, "idle timeout")
+        if self._sip is not None:
+            self._sip.tick(now_ms)
         self._check_deliveries()
 
     def _check_deliveries(self) -> None:
@@ -342,7 +369,9 @@ class IngressGateway:
         encoding: Encoding,
         sample_rate_hz: int,
         transport_kind: str,
+        detail: dict[str, Any] | None = None,
     ) -> _LiveCall | Rejected:
+        """Open a call (and publish its ``ingress_call_started`` event, with ``detail``)."""
         if call_id in self._live:
             return Rejected(RejectReason.BAD_MESSAGE, f"call {call_id!r} is already open")
         # The limit first: a refused call must leave no record behind (not even an end).
@@ -369,6 +398,22 @@ class IngressGateway:
         self.metrics.calls.labels(transport_kind).inc()
         self.metrics.calls_open.labels(transport_kind).inc()
         logger.info("call %s opened (%s, channels %s)", call_id, transport_kind, channels)
+        if self._events is not None:
+            self._events.publish(
+                call_started(
+                    self._source,
+                    self._clock.now_ms(),
+                    call_id,
+                    {
+                        "transport": transport_kind,
+                        "tenant": tenant,
+                        "encoding": encoding.value,
+                        "sample_rate_hz": sample_rate_hz,
+                        "channels": list(channels),
+                        **(detail or {}),
+                    },
+                )
+            )
         return live
 
     def _end_call(self, call_id: str, why: str) -> None:
@@ -387,6 +432,8 @@ class IngressGateway:
         except StreamscribeError as error:
             logger.error("call %s: %s", call_id, error)
         self.metrics.calls_open.labels(live.transport_kind).dec()
+        if self._sip is not None and live.transport_kind in SIP_TRANSPORTS:
+            self._sip.hang_up(call_id)
         logger.info("call %s ended (%s)", call_id, why)
 
     def _push(
@@ -397,13 +444,15 @@ class IngressGateway:
         arrival_ms: int,
         *,
         lead_in_by_arrival: bool = True,
+        started_ms: int | None = None,
     ) -> None:
         """Publish ``audio`` on ``channel``: the leading silence its first media needs (by
         arrival, unless the stream's own timestamps placed it: ``lead_in_by_arrival``), then
         the audio, dated by its arrival (its last sample arrived at ``arrival_ms``)."""
         if live.ended or not audio:
             return
-        lead_in = live.call.media(channel, arrival_ms)
+        # A start hold let the channel's first audio out late: it began at its first arrival.
+        lead_in = live.call.media(channel, arrival_ms if started_ms is None else started_ms)
         if not lead_in_by_arrival:
             lead_in = 0
         bytes_per_sample = live.encoding.bytes_per_sample
@@ -465,23 +514,50 @@ class IngressGateway:
             self.metrics.discontinuities.inc()
         if received.filled_samples:
             self.metrics.gap_filled.labels(kind).inc(received.filled_samples / live.sample_rate_hz)
-        self._push(live, channel, received.audio, now_ms)
+        self._push(live, channel, received.audio, now_ms, started_ms=received.started_ms)
+        # The release's audio ends where the channel's published samples end now.
+        audio_start = live.samples_out[channel] - len(received.audio) // (
+            live.encoding.bytes_per_sample
+        )
+        for event, at_samples in received.dtmf_placed:
+            self._dtmf(live, channel, event, kind, max(audio_start + at_samples, 0))
         if received.dtmf is not None:
-            self._dtmf(live, channel, received.dtmf, kind)
+            self._dtmf(live, channel, received.dtmf, kind, live.samples_out[channel])
 
-    def _dtmf(self, live: _LiveCall, channel: str, event: TelephoneEvent, kind: str) -> None:
+    def _dtmf(
+        self, live: _LiveCall, channel: str, event: TelephoneEvent, kind: str, at_samples: int
+    ) -> None:
         duration_ms = event.duration_samples * 1000 // live.sample_rate_hz
-        self._dtmf_notice(live, channel, event.digit, duration_ms, kind)
+        self._dtmf_notice(live, channel, event.digit, duration_ms, kind, at_samples)
 
     def _dtmf_notice(
-        self, live: _LiveCall, channel: str, digit: str, duration_ms: int, kind: str
+        self,
+        live: _LiveCall,
+        channel: str,
+        digit: str,
+        duration_ms: int,
+        kind: str,
+        at_samples: int | None = None,
     ) -> None:
-        """Count a key press and hand its notice to ``on_dtmf`` (never to audio.chunks)."""
+        """Count a key press and hand its notice to ``on_dtmf`` (never to audio.chunks).
+        ``at_samples``: where it starts on the channel's timeline (default: the audio
+        published so far)."""
         self.metrics.dtmf_events.labels(kind).inc()
-        offset_ms = live.samples_out[channel] * 1000 // live.sample_rate_hz
+        if at_samples is None:
+            at_samples = live.samples_out[channel]
+        offset_ms = at_samples * 1000 // live.sample_rate_hz
         notice = DtmfNotice(live.call.call_id, channel, digit, offset_ms, duration_ms)
         if self._on_dtmf is not None:
             self._on_dtmf(notice)
+        if self._events is not None:
+            self._events.publish(
+                dtmf_received(
+                    self._source,
+                    self._clock.now_ms(),
+                    notice,
+                    reveal_digit=self._settings.dtmf_digits_in_events,
+                )
+            )
 
     # -- HTTP control API -----------------------------------------------------------------
 
@@ -574,19 +650,23 @@ class IngressGateway:
                 except OSError:
                     continue  # taken by another process: that port stays out of the pool
                 break
-            receiver = RtpReceiver(spec, self._policy, self._jitter_config(spec))
+            receiver = RtpReceiver(
+                spec, self._policy, self._jitter_config(spec, live.encoding), live.encoding
+            )
             live.receivers[spec.label] = (receiver, transport, port)
             ports[spec.label] = port
         return ports
 
-    def _jitter_config(self, spec: ChannelSpec) -> JitterConfig:
+    def _jitter_config(self, spec: ChannelSpec, encoding: Encoding | None = None) -> JitterConfig:
+        encoding = encoding or spec.encoding
         return JitterConfig(
             sample_rate_hz=spec.sample_rate_hz,
-            bytes_per_sample=spec.encoding.bytes_per_sample,
-            silence_sample=silence_of(spec.encoding),
+            bytes_per_sample=encoding.bytes_per_sample,
+            silence_sample=silence_of(encoding),
             depth_packets=self._settings.reorder_depth_packets,
             max_wait_ms=self._settings.reorder_wait_ms,
             max_gap_ms=self._settings.max_gap_ms,
+            start_hold_ms=self._settings.reorder_start_hold_ms,
         )
 
     def _allocation(self, body: Any) -> tuple[str, str, list[ChannelSpec]] | Rejected:

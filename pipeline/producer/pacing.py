@@ -32,3 +32,10 @@ class Pacer:
         delay_s = self._start_s + offset_ms / 1000.0 - now_s
         if delay_s > 0:
             self._sleep_s(delay_s)
+
+    def elapsed_ms(self) -> float:
+        """Real time since the pace started (0 before the first ``wait_until``): how much audio
+        has been spoken by now, so a loop that fell behind knows what is due."""
+        if self._start_s is None:
+            return 0.0
+        return 1000.0 * (self._monotonic_s() - self._start_s)

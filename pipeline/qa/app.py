@@ -19,12 +19,12 @@ Reading: every consumer of this app reads ``read_committed`` (finals are written
 transactions, and aborted ones must never count). faust-streaming only switches isolation with
 ``processing_guarantee="exactly_once"``, whose per-partition transactional producers are not
 reliable in faust-streaming; the app keeps at-least-once processing and sets the isolation level
-on its consumer instead (``_ReadCommittedConsumerThread``). At-least-once is safe here because
+on its consumer instead (``ReadCommittedConsumerThread``). At-least-once is safe here because
 every input is idempotent (finals are recognized by utterance id, session events are sets) and a
 summary is written to qa.calls *before* the state that records its publication, so a crash can at
 worst repeat the same revision of a summary, never lose one. An input offset is committed only
 once the broker has acknowledged the changelog writes and re-keyed input records of the records
-it covers, and never after any of them failed (``_DurableFlushProducer``): otherwise a crash
+it covers, and never after any of them failed (``DurableFlushProducer``): otherwise a crash
 right after a commit lost table state, or a forwarded record. A summary the broker does not
 acknowledge is an infrastructure failure, not bad input: the record that produced it is
 processed again, with a backoff, until its summary is delivered (the worker's input waits
@@ -33,38 +33,27 @@ meanwhile), never skipped.
 Topics: asr.finals, asr.events and qa.calls must exist (``streamscribe topics apply``); the app
 creates its internal topics itself (brokers may have ``auto.create.topics.enable=false``).
 
-Web (faust web, aiohttp): ``GET /calls/{id}`` (routed to the worker that owns the call),
-``GET /calls?since=<epoch ms>&limit=N`` (calls of this worker), ``/metrics``, ``/healthz``,
-``/readyz``.
+faust and aiokafka internals that had to be worked around live in ``pipeline.qa.faust_compat``
+(with the versions they were tested on, checked at start); the web views in ``pipeline.qa.web``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import logging
-import ssl
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import faust
 from aiokafka.partitioner import DefaultPartitioner
-from faust.exceptions import ProducerSendError
-from faust.transport.drivers import aiokafka as aiokafka_driver
-from faust.types import TransportT
-from faust.types.core import HeadersArg
-from faust.types.tuples import RecordMetadata
-from faust.web import Request, Response, View
-from mode.utils.objects import cached_property
-from mode.utils.queues import FlowControlEvent
-from prometheus_client.exposition import choose_encoder
 
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import Event, EventType, Final, to_json, utterance_id_parts
 from pipeline.errors import ConfigError, PublishError
+from pipeline.qa.connection import CREDENTIAL_KEYS, broker_urls, faust_credentials
+from pipeline.qa.faust_compat import FaustApp, check_versions, sender_answers
 from pipeline.qa.metrics import QaMetrics, RecordKind
 from pipeline.qa.records import (
     InputKind,
@@ -79,9 +68,10 @@ from pipeline.qa.rules import QaRules
 from pipeline.qa.state import CallAnalytics, CallState
 from pipeline.qa.summary import fit_record
 from pipeline.qa.summary import to_json as summary_json
+from pipeline.qa.web import register_views
 from pipeline.runtime.admin import ApplyReport
 from pipeline.runtime.health import Readiness, ReadinessCheck
-from pipeline.settings import KafkaSettings, Settings
+from pipeline.settings import Settings
 from pipeline.topics import ObservedTopic, TopicRole, TopicSpec, topic_name
 
 __all__ = ["REJECTION_EVENT_TYPE", "QaApp", "TopicAdminApi", "faust_credentials"]
@@ -93,13 +83,8 @@ logger = logging.getLogger(__name__)
 REJECTION_EVENT_TYPE = EventType.RECORD_REJECTED
 REJECTION_DETAIL_SCHEMA = "record_rejected/1"
 
-DEFAULT_RECENT_LIMIT = 100
-MAX_RECENT_LIMIT = 1000
-RECENT_WINDOW_MS = 3_600_000
 INPUT_RETENTION_MS = 7 * 24 * 3_600_000
 SESSION_TIMEOUT_S = 10.0
-#: How long an offset commit waits for the table changelog writes it covers to be acknowledged.
-FLUSH_TIMEOUT_S = 60.0
 #: The wait before an input record whose summary was not delivered is processed again; it
 #: doubles on each failure in a row, up to ``PUBLISH_RETRY_MAX_S``.
 PUBLISH_RETRY_FIRST_S = 0.5
@@ -127,253 +112,6 @@ class TopicAdminApi(Protocol):
     def apply(self, declared: Sequence[TopicSpec]) -> ApplyReport: ...
 
 
-class _ReadCommittedConsumerThread(aiokafka_driver.AIOKafkaConsumerThread):
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        # The consumer is not started yet; aiokafka hands the level to its fetcher in start().
-        consumer._isolation_level = "read_committed"
-        return consumer
-
-    async def seek_to_committed(self) -> Mapping[faust.types.TP, int]:
-        result: Mapping[faust.types.TP, int] = await self.call_thread(
-            self._seek_to_committed_or_beginning
-        )
-        return result
-
-    async def _seek_to_committed_or_beginning(self) -> Mapping[Any, int]:
-        """Seek every input partition to its committed offset, or to its beginning without one.
-
-        faust rewinds to the committed offsets (``perform_seek``) after table recovery, and
-        when it dropped a fetched batch, so that what no agent processed is fetched again. It
-        does drop batches: a fetch that starts during table recovery and ends after recovery
-        paused the changelog partitions (while the table callbacks run, before the stream
-        partitions are resumed) sees an empty set of active partitions, which aiokafka reads
-        as "all": it hands over every stream partition's backlog and faust discards it. But
-        aiokafka's ``seek_to_committed`` leaves a partition without a committed offset (or at
-        offset 0) where it is: after a restart before the app's first commit, a forwarder then
-        began at the end of that backlog and the finals in it were never forwarded. Such a
-        partition goes back to its beginning (``consumer_auto_offset_reset="earliest"``), as
-        the first start of the group did; changelog partitions are left to table recovery.
-        """
-        consumer = self._ensure_consumer()
-        committed: Mapping[Any, int] = await consumer.seek_to_committed()
-        assigned = consumer.assignment()
-        parent = self.consumer
-        rewind = [
-            tp
-            for tp, offset in committed.items()
-            if not offset and tp in assigned and not parent._is_changelog_tp(tp)
-        ]
-        if rewind:
-            logger.debug("no committed offset: seek to the beginning of %s", rewind)
-            await consumer.seek_to_beginning(*rewind)
-        return committed
-
-
-class _ReadCommittedConsumer(aiokafka_driver.Consumer):
-    def _new_consumer_thread(self) -> aiokafka_driver.AIOKafkaConsumerThread:
-        return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
-
-    async def _add_gap(self, tp: faust.types.TP, offset_from: int, offset_to: int) -> None:
-        """Record the offsets the broker skipped before the record at ``offset_to``.
-
-        faust calls this when a fetched record's offset jumps past the last one read (the
-        offsets between are transaction markers, aborted or compacted records) and counts the
-        gap as acknowledged when it commits. faust-streaming 0.15.3 stores ``offset_to``
-        inclusive, so the gap also covered the record just fetched, before any agent had
-        processed it: after a seek had reset the read position, a commit could then pass a
-        record still in flight (lost on a crash). The gap ends before that record.
-        """
-        await super()._add_gap(tp, offset_from, offset_to - 1)
-
-
-class _FlowControl(FlowControlEvent):
-    """The app's flow control: ``resume()`` clears the stream buffers only when flow was
-    suspended.
-
-    faust clears every agent's input buffer on ``resume()``, to drop what was read before a
-    rebalance. But at the end of table recovery it resumes a flow that recovery has already
-    resumed, *after* it resumed the stream partitions and while the fetcher runs: records
-    fetched in that window sat in an agent's buffer, were cleared without being processed or
-    acknowledged, and were not fetched again (the consumer's read position was past them). A
-    forwarder lost a final that way right after a restart (issue #7). A rebalance suspends the
-    flow (and clears the buffers) first, so a resume after it still starts empty.
-    """
-
-    def resume(self) -> None:
-        if self.is_active():
-            return
-        super().resume()
-
-
-#: Set while a sender that answers for its own message sends it: ``_DurableFlushProducer``
-#: leaves that message out of its flush (see ``_sender_answers``).
-_SENDER_ANSWERS: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "sender_answers", default=False
-)
-
-
-@contextlib.contextmanager
-def _sender_answers() -> Iterator[None]:
-    """Messages sent in this block are the sender's own business, not the next offset commit's:
-    a summary (``_publish`` awaits its delivery and processes its record again if it failed) and
-    a tick (no data; the sweep sends another). Their failure must not stop the app."""
-    token = _SENDER_ANSWERS.set(True)
-    try:
-        yield
-    finally:
-        _SENDER_ANSWERS.reset(token)
-
-
-class _DurableFlushProducer(aiokafka_driver.Producer):
-    """A producer whose ``flush()`` returns only when every message sent is acknowledged, and
-    raises once any of them failed.
-
-    faust writes table changelogs with ``send_soon`` into a buffer that a background task drains;
-    before committing input offsets it calls ``producer.flush()``, whose buffer drain gives up
-    after 0.1 s without a message sent and which does not wait for a message the background task
-    has taken but not yet handed to the Kafka client. An offset commit could then overtake the
-    changelog writes of the records it covers, and a crash at that moment lost table state.
-    ``Topic.send`` (the forwarders' re-keyed records, rejection reports) does not wait for the
-    delivery either. This flush also waits for every message given to ``send_soon`` or ``send``
-    to be acknowledged by the broker, and a message whose delivery failed, even long before the
-    flush, fails every later flush, so that nothing is committed past it (except messages sent
-    in a ``_sender_answers`` block).
-    """
-
-    flush_timeout_s = FLUSH_TIMEOUT_S
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._unacknowledged: set[asyncio.Future[Any]] = set()
-        self._undelivered: list[str] = []
-
-    def send_soon(self, fut: faust.types.tuples.FutureMessage) -> None:
-        self._track(fut)
-        super().send_soon(fut)
-
-    async def send(
-        self,
-        topic: str,
-        key: bytes | None,
-        value: bytes | None,
-        partition: int | None,
-        timestamp: float | None,
-        headers: HeadersArg | None,
-        *,
-        transactional_id: str | None = None,
-    ) -> Awaitable[RecordMetadata]:
-        """``Topic.send`` (and faust's buffer, for ``send_soon``) ends here; the delivery is
-        tracked unless the sender answers for it."""
-        delivery = asyncio.ensure_future(
-            await super().send(
-                topic, key, value, partition, timestamp, headers, transactional_id=transactional_id
-            )
-        )
-        if not _SENDER_ANSWERS.get():
-            self._track(delivery)
-        return delivery
-
-    def _track(self, fut: asyncio.Future[Any]) -> None:
-        self._unacknowledged.add(fut)
-        fut.add_done_callback(self._on_done)
-
-    def _on_done(self, fut: asyncio.Future[Any]) -> None:
-        self._unacknowledged.discard(fut)
-        if fut.cancelled():
-            self._undelivered.append("cancelled")
-        elif fut.exception() is not None:
-            self._undelivered.append(repr(fut.exception()))
-
-    async def flush(self) -> None:
-        """Send everything buffered and wait for the broker's acknowledgement of all of it.
-
-        Raises:
-            ProducerSendError: a message was not acknowledged within ``flush_timeout_s``, or a
-                message sent since the producer started failed (sticky: every later flush
-                raises too); the caller (an offset commit) must not proceed, and faust stops the
-                app so that its input is processed again.
-        """
-        await super().flush()
-        pending = list(self._unacknowledged)
-        not_done: set[asyncio.Future[Any]] = set()
-        if pending:
-            _, not_done = await asyncio.wait(pending, timeout=self.flush_timeout_s)
-        if not_done or self._undelivered:
-            raise ProducerSendError(
-                f"{len(not_done)} message(s) not acknowledged in {self.flush_timeout_s} s, "
-                f"{len(self._undelivered)} failed (first: "
-                f"{self._undelivered[0] if self._undelivered else 'none'}): "
-                f"not committing the input they came from"
-            )
-
-
-class _ReadCommittedTransport(aiokafka_driver.Transport):
-    Consumer = _ReadCommittedConsumer
-    Producer = _DurableFlushProducer
-
-
-class _FaustApp(faust.App):
-    """A faust app whose consumers read only committed records."""
-
-    def _new_transport(self) -> TransportT:
-        return _ReadCommittedTransport(self.conf.broker_consumer, self)
-
-    @cached_property
-    def flow_control(self) -> FlowControlEvent:
-        return _FlowControl(loop=self.loop)
-
-
-_SASL_MECHANISMS = {"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
-_CREDENTIAL_KEYS = {
-    "security.protocol",
-    "sasl.mechanism",
-    "sasl.mechanisms",
-    "sasl.username",
-    "sasl.password",
-    "ssl.ca.location",
-}
-
-
-def faust_credentials(client: Mapping[str, str]) -> faust.types.auth.CredentialsT | None:
-    """faust credentials from the librdkafka pass-through settings (``kafka.client``).
-
-    Understood: ``security.protocol`` (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL),
-    ``sasl.mechanism`` (PLAIN, SCRAM-SHA-256/512), ``sasl.username``, ``sasl.password``,
-    ``ssl.ca.location``. Other librdkafka keys tune the ASR workers' clients and are ignored here.
-
-    Raises:
-        ConfigError: a protocol or mechanism the QA app's Kafka client cannot use.
-    """
-    protocol = client.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}:
-        raise ConfigError(f"kafka.client security.protocol {protocol!r} is not supported")
-    context = None
-    if protocol in {"SSL", "SASL_SSL"}:
-        cafile = client.get("ssl.ca.location") or None
-        try:
-            context = ssl.create_default_context(cafile=cafile)
-        except (OSError, ssl.SSLError) as error:
-            raise ConfigError(f"kafka.client ssl.ca.location {cafile!r}: {error}") from None
-    if protocol == "SSL":
-        return faust.SSLCredentials(context)
-    if protocol == "PLAINTEXT":
-        return None
-    mechanism = client.get("sasl.mechanism", client.get("sasl.mechanisms", "PLAIN")).upper()
-    if mechanism not in _SASL_MECHANISMS:
-        raise ConfigError(f"kafka.client sasl.mechanism {mechanism!r} is not supported")
-    return faust.SASLCredentials(
-        username=client.get("sasl.username"),
-        password=client.get("sasl.password"),
-        mechanism=mechanism,
-        ssl_context=context,
-    )
-
-
-def _broker_urls(kafka: KafkaSettings) -> list[str]:
-    return [f"kafka://{server.strip()}" for server in kafka.bootstrap_servers.split(",")]
-
-
 class QaApp:
     """The faust app of ``streamscribe qa``, its topics, tables, agents, timer and web views.
 
@@ -389,6 +127,7 @@ class QaApp:
         clock: Clock | None = None,
         metrics: QaMetrics | None = None,
     ) -> None:
+        check_versions()
         kafka, qa = settings.kafka, settings.qa
         prefix = kafka.topic_prefix
         self.app_id = f"{prefix}{qa.app_id}"
@@ -402,12 +141,12 @@ class QaApp:
             retention_ms=qa.retention_ms,
             end_grace_ms=qa.end_grace_ms,
         )
-        unused = sorted(set(kafka.client) - _CREDENTIAL_KEYS)
+        unused = sorted(set(kafka.client) - CREDENTIAL_KEYS)
         if unused:
             logger.info("kafka.client keys not used by the QA app: %s", ", ".join(unused))
-        self.app = _FaustApp(
+        self.app = FaustApp(
             self.app_id,
-            broker=_broker_urls(kafka),
+            broker=broker_urls(kafka),
             broker_credentials=faust_credentials(kafka.client),
             store="memory://",
             processing_guarantee="at_least_once",
@@ -653,7 +392,7 @@ class QaApp:
                 producer's timeout, not authorized, ...).
         """
         try:
-            with _sender_answers():
+            with sender_answers():
                 delivery = await self.calls_topic.send(key=call_id, value=record)
             await delivery
         except Exception as error:  # not CancelledError: stopping is not a failure to publish
@@ -809,7 +548,7 @@ class QaApp:
         async def tick() -> None:
             await self._sleep(delay_ms / 1000)
             try:
-                with _sender_answers():
+                with sender_answers():
                     await self.input_topic.send(key=call_id, value=encode_input(InputKind.TICK))
             except Exception:
                 # Not sent: let the next sweep try again.
@@ -908,65 +647,9 @@ class QaApp:
         async def sweep() -> None:
             await shell._sweep()
 
-        @app.page("/calls/{call_id}", name="call")
-        class CallView(View):
-            async def get(self, request: Request, call_id: str) -> Response:
-                partition = shell.partition_of(call_id)
-                if not shell.owns(partition):
-                    owner = shell.owner_url(partition)
-                    if owner is None or owner.rstrip("/") == str(app.conf.canonical_url):
-                        return self.json(
-                            {"error": f"partition {partition} is not assigned yet"}, status=503
-                        )
-                    # Another worker holds this call's tables: send the client there.
-                    location = f"{owner.rstrip('/')}/calls/{call_id}"
-                    return self.json(
-                        {"location": location}, status=307, headers={"Location": location}
-                    )
-                body = shell.call_json(call_id)
-                if body is None:
-                    return self.json({"error": f"unknown call {call_id!r}"}, status=404)
-                return self.bytes(body, content_type="application/json")
-
-        @app.page("/calls", name="calls")
-        class CallsView(View):
-            async def get(self, request: Request) -> Response:
-                query: Mapping[str, str] = request.query
-                try:
-                    since_ms = int(query.get("since", shell.clock.now_ms() - RECENT_WINDOW_MS))
-                    limit = int(query.get("limit", DEFAULT_RECENT_LIMIT))
-                except ValueError:
-                    return self.json({"error": "since and limit must be integers"}, status=400)
-                limit = max(1, min(limit, MAX_RECENT_LIMIT))
-                return self.json({"calls": shell.recent_calls(since_ms, limit)})
-
-        @app.page("/metrics", name="metrics")
-        class MetricsView(View):
-            async def get(self, request: Request) -> Response:
-                accept = request.headers.get("Accept", "")
-                encoder, content_type = choose_encoder(accept)
-                return self.bytes(
-                    encoder(shell.metrics.registry), headers={"Content-Type": content_type}
-                )
-
-        @app.page("/healthz", name="healthz")
-        class HealthView(View):
-            async def get(self, request: Request) -> Response:
-                return self.json({"ok": True})
-
-        @app.page("/readyz", name="readyz")
-        class ReadyView(View):
-            async def get(self, request: Request) -> Response:
-                readiness = shell.readiness()
-                return self.bytes(
-                    readiness.to_json(),
-                    content_type="application/json",
-                    status=200 if readiness.ready else 503,
-                )
-
+        self._views = register_views(app, self)
         # Referenced so linters see the decorated definitions as used.
         self._agents = (forward_finals, forward_events, process, sweep)
-        self._views = (CallView, CallsView, MetricsView, HealthView, ReadyView)
 
 
 def _local_store(table: Any) -> MutableMapping[str, bytes]:

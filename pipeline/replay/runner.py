@@ -4,14 +4,16 @@
 reads ``audio.chunks`` one partition at a time, in offset order, and hands every record to
 ``feed``; ``end_partition`` closes what is still open; ``result`` returns the finals, sorted.
 
-Feeding follows ``pipeline.runtime.worker.AsrWorker._handle`` step for step, so a replay's finals
-are the finals the live worker would have published for the same records and settings:
+Feeding goes through the worker's own intake, ``pipeline.worker.intake.admit`` (one function for
+both), so a replay's finals are the finals the live worker would have published for the same
+records and settings:
 
-1. ``decode_chunk`` with the worker's ``max_chunk_bytes``; an invalid record is counted per
-   ``RejectReason`` (the worker dead-letters it) and skipped.
-2. ``Admission`` (per-session sequence numbers, ended calls, call length and session limits):
+1. ``admit`` validates the record (``decode_chunk`` with the worker's ``max_chunk_bytes``) and
+   asks the ``Admission`` (per-session sequence numbers, ended calls, call length and session
+   limits). An invalid record is counted per ``RejectReason`` (the worker dead-letters it);
    duplicates are dropped and counted, rejected chunks counted per reason, gaps counted.
-3. ``engine.accept`` with ``position=offset`` and the chunk's flush / end-of-stream flags.
+2. ``feed_chunk``: ``engine.accept`` with ``position=offset`` and the chunk's flush /
+   end-of-stream flags.
 
 Time. The engine's clock is a ``StreamClock``: the audio time of the newest record fed in the
 current partition (its capture time plus its duration; the Kafka record timestamp when the chunk
@@ -23,7 +25,7 @@ replay does not measure compute time). The engine steps whenever the clock moved
 A session is closed when ``idle_timeout_ms`` passed between the send time (Kafka record
 timestamp) of its last admitted chunk and the newest record of the partition, as the worker
 closes it after that long without audio by its fetch clock (wall time while it fetches, not
-while paused or stalled: ``AsrWorker._tick_fetch_clock``), which follows send times while it
+while paused or stalled: ``pipeline.worker.loop.FetchClock``), which follows send times while it
 keeps up with the partition. (Not by stream time: a call whose capture times run ahead of the
 others, published faster than real time or from a skewed clock, would close every other call of
 the partition.) Sessions still open at the end of the range are closed (``ended_by`` =
@@ -34,18 +36,24 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
 from pipeline.asr.session import SessionKey
-from pipeline.contracts.audio_chunk import RejectReason, decode_chunk
 from pipeline.contracts.messages import Final
-from pipeline.errors import ChunkRejectedError
 from pipeline.settings import WorkerSettings
-from pipeline.worker.admission import Admission, AdmissionLimits, Verdict
-from pipeline.worker.intake import ChunkSink, feed_chunk
+from pipeline.worker.admission import Admission, AdmissionLimits
+from pipeline.worker.intake import (
+    ChunkRecord,
+    ChunkSink,
+    Duplicate,
+    Rejected,
+    Skipped,
+    admit,
+    feed_chunk,
+)
 
 __all__ = [
     "ChunkRecord",
@@ -92,21 +100,6 @@ class StreamClock:
 
     def reset(self) -> None:
         self._now_ms = 0
-
-
-@dataclass(frozen=True, slots=True)
-class ChunkRecord:
-    """One record of ``audio.chunks`` as read from Kafka (the value is not copied);
-    ``headers_unreadable``: the client could not read its headers (a name not UTF-8), which the
-    worker dead-letters as ``unreadable_headers``."""
-
-    partition: int
-    offset: int
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: Sequence[tuple[str, bytes | None]] | None = None
-    headers_unreadable: bool = False
 
 
 _WORKER_DEFAULTS = WorkerSettings()
@@ -263,36 +256,30 @@ class ReplayRunner:
         if self._calls is not None and (record.key or b"") not in self._calls:
             self._skipped += 1
             return
-        if record.headers_unreadable:  # as the worker, before anything else is read
-            self._invalid[RejectReason.UNREADABLE_HEADERS] += 1
+        outcome = admit(record, self._admission, max_chunk_bytes=self._options.max_chunk_bytes)
+        if isinstance(outcome, Rejected) and outcome.key is None:
+            self._invalid[outcome.reason] += 1
             return
-        try:
-            chunk = decode_chunk(
-                record.key,
-                record.value,
-                record.headers,
-                max_payload_bytes=self._options.max_chunk_bytes,
-            )
-        except ChunkRejectedError as rejected:
-            self._invalid[rejected.reason] += 1
-            return
-        key = SessionKey(chunk.call_id, chunk.channel)
+        assert not isinstance(outcome, Skipped)  # nothing is skipped on a first read
+        assert outcome.key is not None
+        assert outcome.chunk is not None
+        key = outcome.key
         stream = self._streams.get(key)
         if stream is None:
-            stream = _Stream(chunk.tenant, record.partition, record.offset, record.offset)
+            stream = _Stream(outcome.chunk.tenant, record.partition, record.offset, record.offset)
             self._streams[key] = stream
         stream.last_offset = record.offset
-        decision = self._admission.decide(key, chunk.seq, chunk.duration_ms, chunk.end_of_stream)
-        if decision.verdict is Verdict.DUPLICATE:
+        if isinstance(outcome, Duplicate):
             stream.duplicates += 1
             return
-        if decision.verdict is Verdict.REJECT:
-            stream.rejected[str(decision.reason)] += 1
+        if isinstance(outcome, Rejected):
+            stream.rejected[str(outcome.reason)] += 1
             return
-        if decision.gap is not None and stream.first_seq is not None:
+        chunk = outcome.chunk
+        if outcome.gap is not None and stream.first_seq is not None:
             # Gaps within what was replayed: a call that began before the range starts with a
             # sequence number above 0 (``first_seq``), which is no lost audio.
-            stream.missing_chunks += decision.gap[1] - decision.gap[0]
+            stream.missing_chunks += outcome.gap[1] - outcome.gap[0]
         if stream.first_seq is None:
             stream.first_seq = chunk.seq
         stream.last_seq = chunk.seq

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from pipeline.errors import ConfigError
 from pipeline.runtime.client_logs import LOGGER
 from pipeline.settings import KafkaSettings, WorkerSettings
+from pipeline.worker.dead_letter import DEAD_LETTER_MAX_BYTES
 
 __all__ = [
     "checkpoint_reader_config",
@@ -130,16 +131,6 @@ def readable_headers(record: Message) -> list[tuple[str, bytes | None]] | None:
         return record.headers() or []  # a new list per call: no copy needed
     except (SystemError, UnicodeDecodeError):
         return None
-
-
-DEAD_LETTER_MAX_BYTES = 2 * 1024 * 1024
-"""``max.message.bytes`` of ``audio.dlq`` (topics.toml), twice that of ``audio.chunks``: any record
-the audio topic accepted fits, with its ``dlq-*`` headers, and the transactional producer's
-``message.max.bytes`` is the same, so a dead letter is never refused on its way out."""
-
-DEAD_LETTER_MAX_VALUE_BYTES = DEAD_LETTER_MAX_BYTES - 64 * 1024
-"""A dead letter's value is cut to this many bytes (headers and record overhead keep the rest):
-only a record far beyond what ``audio.chunks`` accepts (uncompressed, say) is ever cut."""
 
 
 def transactional_producer_config(

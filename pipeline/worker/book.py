@@ -118,6 +118,21 @@ class PartitionBook:
             del self._ended[key]
         return [(key, ended.partition) for key, ended in expired]
 
+    # -- what earlier owners handled (``pipeline.worker.intake.History``) --------------------
+
+    def handled_through(self, partition: int) -> int:
+        """The partition's records up to this offset were handled by an earlier owner (or
+        here, before a rewind): replayed, they repeat nothing."""
+        progress = self.partitions.get(partition)
+        return progress.handled_through if progress is not None else -1
+
+    def skip_through(self, partition: int, key: SessionKey) -> int | None:
+        """The session's records up to this offset are in its restored snapshot; None when the
+        partition holds no progress of the session."""
+        progress = self.partitions.get(partition)
+        session = progress.sessions.get(key) if progress is not None else None
+        return session.skip_through if session is not None else None
+
     @property
     def ended(self) -> Mapping[SessionKey, EndedSession]:
         """The ended sessions remembered, oldest end first (read only)."""

@@ -22,12 +22,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
+    "DEAD_LETTER_MAX_BYTES",
+    "DEAD_LETTER_MAX_VALUE_BYTES",
     "HEADER_OVERHEAD_BYTES",
     "MAX_HEADER_BYTES",
     "MAX_KEY_BYTES",
     "DeadLetterRecord",
     "fit_dead_letter",
 ]
+
+DEAD_LETTER_MAX_BYTES = 2 * 1024 * 1024
+"""``max.message.bytes`` of ``audio.dlq`` (topics.toml), twice that of ``audio.chunks``: any record
+the audio topic accepted fits, with its ``dlq-*`` headers, and the transactional producer's
+``message.max.bytes`` is the same, so a dead letter is never refused on its way out."""
+
+DEAD_LETTER_MAX_VALUE_BYTES = DEAD_LETTER_MAX_BYTES - 64 * 1024
+"""A dead letter's value is cut to this many bytes (headers and record overhead keep the rest):
+only a record far beyond what ``audio.chunks`` accepts (uncompressed, say) is ever cut."""
 
 MAX_KEY_BYTES = 1024
 """A dead letter's key is cut to this (call ids are at most 128 bytes; a longer key was refused

@@ -1,11 +1,12 @@
-"""Flow decisions of the worker loop: partial thinning, fetch backpressure, catch-up.
+"""Flow decisions of the worker loop: partial thinning, fetch backpressure, catch-up, idle time.
 
 Pure: each decision takes counts the loop read (jobs due in the engine, records behind in
 Kafka) and returns what to do; the loop applies it (metrics, events, pausing the consumer).
 
 The levers under load, in order: partials are thinned first (a step without partials decodes
 finals only, sooner); if finals still pile up, fetching pauses. After an assignment, the loop
-reads the backlog with VAD-only steps while it is catching up.
+reads the backlog with VAD-only steps while it is catching up. Sessions are timed out on a
+``FetchClock`` (decision ``docs/decisions/0007-idle-sessions-fetch-clock.md``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from pipeline.asr.session import SessionKey
 
-__all__ = ["PartialThinning", "ThinningStep", "catching_up", "paused_after"]
+__all__ = ["FetchClock", "PartialThinning", "ThinningStep", "catching_up", "paused_after"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,3 +91,23 @@ def catching_up(
     if any(lag is None for lag in lags) and since_assigned_s < first_fetch_s:
         return True
     return sum(lag or 0 for lag in lags) > poll_batch
+
+
+class FetchClock:
+    """The time the worker spent fetching (ms), what idle sessions are timed on: it stands
+    still while fetching is paused or every broker is unreachable (a broker outage is no
+    caller's silence: counted, it closed every session of a long one, and their audio after
+    it was refused), and advances at most ``max_tick_ms`` per loop iteration (a stall of the
+    loop, commit retries or a checkpoint read, is not a publisher going silent)."""
+
+    def __init__(self, max_tick_ms: int) -> None:
+        self._max_tick_ms = max_tick_ms
+        self._last_wall_ms: int | None = None
+        self.now_ms = 0
+
+    def tick(self, wall_ms: int, *, fetching: bool) -> None:
+        """One loop iteration at wall time ``wall_ms``; ``fetching``: neither paused nor cut
+        off from every broker since the last tick."""
+        if self._last_wall_ms is not None and fetching:
+            self.now_ms += min(max(0, wall_ms - self._last_wall_ms), self._max_tick_ms)
+        self._last_wall_ms = wall_ms

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pipeline.asr.session import SessionKey, SessionSnapshot
 from pipeline.worker.admission import AdmissionState
 
-__all__ = ["PartitionProgress", "SessionProgress"]
+__all__ = ["FLOW_GAP_MAX_MS", "PartitionProgress", "SessionProgress"]
+
+FLOW_GAP_MAX_MS = 2000
+"""The most one gap between a partition's records advances its flow clock."""
 
 
 @dataclass(slots=True)
@@ -35,7 +38,10 @@ class SessionProgress:
     finals_published: int | None = 0
     finals_suppressed: int | None = 0
     last_snapshot_ms: int = 0
-    last_activity_ms: int = 0  # on the worker's fetch clock (``AsrWorker._tick_fetch_clock``)
+    last_activity_ms: int = 0  # on the worker's fetch clock (``flow.FetchClock``)
+    # And on its partition's flow clock (``PartitionProgress.flowing_ms``): what the idle
+    # timeout is measured on while the partition delivers records.
+    last_flowing_ms: int = 0
     last_offset: int = -1  # the newest record admitted for the session
     # Whether a checkpoint of the session was written (or it was restored from one): a new
     # session is checkpointed at the first commit, with or without a snapshot, so that a
@@ -58,6 +64,23 @@ class PartitionProgress:
     checkpointed_offset: int | None = None
     staged_offset: int | None = None
     sessions: dict[SessionKey, SessionProgress] = field(default_factory=dict)
+    # The partition's flow clock: fetch-clock ms during which it delivered records, a gap
+    # between two deliveries counting ``FLOW_GAP_MAX_MS`` at most (``delivered``).
+    flowing_ms: int = 0
+    last_delivery_ms: int | None = None  # fetch clock at its last record
+
+    def delivered(self, fetch_ms: int) -> None:
+        """A record of the partition came at ``fetch_ms`` (the worker's fetch clock).
+
+        A session is idle when its partition flows on without it. A partition that delivers
+        nothing at all (its publishers cut off from Kafka, a broker restarting, a takeover's
+        fetch not started yet) stops this clock, so such an outage closes no call: its audio
+        is on the way. Every channel is sent through silence (the contract), so a live
+        partition delivers records far more often than ``FLOW_GAP_MAX_MS``.
+        """
+        if self.last_delivery_ms is not None:
+            self.flowing_ms += min(max(0, fetch_ms - self.last_delivery_ms), FLOW_GAP_MAX_MS)
+        self.last_delivery_ms = fetch_ms
 
     def consumed(self, offset: int) -> None:
         self.next_offset = max(self.next_offset, offset + 1)

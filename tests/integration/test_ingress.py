@@ -27,6 +27,7 @@ from confluent_kafka import Consumer
 
 from pipeline.contracts import AudioChunk, Encoding, decode_chunk
 from pipeline.contracts.g711 import mulaw_decode, mulaw_encode
+from pipeline.ingress.events import TransportEventSink
 from pipeline.ingress.metrics import IngressMetrics
 from pipeline.ingress.server import DtmfNotice, IngressGateway, TimedTransport
 from pipeline.producer.kafka import KafkaTransport, producer_config
@@ -51,7 +52,7 @@ last, partial packet and its first packet's rounding."""
 class RunningGateway:
     """The gateway on a thread of its own (its own event loop and publisher)."""
 
-    def __init__(self, kafka: KafkaSettings, **ingress: Any) -> None:
+    def __init__(self, kafka: KafkaSettings, *, events: bool = False, **ingress: Any) -> None:
         port_min = 42000 + (uuid.uuid4().int % 400) * 20
         self.settings = IngressSettings(
             **{
@@ -60,6 +61,8 @@ class RunningGateway:
                 "rtp_bind": "127.0.0.1",
                 "rtp_port_min": port_min,
                 "rtp_port_max": port_min + 19,
+                "sip_bind": "127.0.0.1",
+                "sip_port": 0,
                 "auth_token": TOKEN,
                 "record_ms": RECORD_MS,
                 **ingress,
@@ -68,6 +71,8 @@ class RunningGateway:
         self.metrics = IngressMetrics()
         self.notices: list[DtmfNotice] = []
         self._kafka = kafka
+        self._events = events
+        self.sip_port = 0
         self._started = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -75,21 +80,26 @@ class RunningGateway:
         self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     async def _main(self) -> None:
+        kafka = KafkaTransport(producer_config(self._kafka, PublisherSettings()))
         publisher = AudioPublisher(
-            TimedTransport(
-                KafkaTransport(producer_config(self._kafka, PublisherSettings())),
-                self.metrics.publish_latency.observe,
-            ),
+            TimedTransport(kafka, self.metrics.publish_latency.observe),
             topic=topic_name(TopicRole.AUDIO_CHUNKS, self._kafka.topic_prefix),
             chunk_ms=RECORD_MS,
         )
+        events = TransportEventSink(kafka, topic_name(TopicRole.EVENTS, self._kafka.topic_prefix))
         gateway = IngressGateway(
-            self.settings, publisher, metrics=self.metrics, on_dtmf=self.notices.append
+            self.settings,
+            publisher,
+            metrics=self.metrics,
+            on_dtmf=self.notices.append,
+            events=events if self._events else None,
+            source="ingress-test",
         )
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
         await gateway.start()
         self.port = gateway.port
+        self.sip_port = gateway.sip_port
         self._started.set()
         await self._stop.wait()
         await gateway.stop()
@@ -597,6 +607,8 @@ def test_sigterm_ends_every_open_call_with_end_of_stream(topics: KafkaSettings) 
         "STREAMSCRIBE_INGRESS_BIND": "127.0.0.1",
         "STREAMSCRIBE_INGRESS_RTP_PORT_MIN": "43900",
         "STREAMSCRIBE_INGRESS_RTP_PORT_MAX": "43999",
+        "STREAMSCRIBE_INGRESS_SIP_BIND": "127.0.0.1",
+        "STREAMSCRIBE_INGRESS_SIP_PORT": "0",
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "pipeline", "ingress"],

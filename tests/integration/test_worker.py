@@ -677,9 +677,12 @@ def test_backpressure_pauses_while_finals_pile_up_and_resumes_with_nothing_lost(
     topics: Any, group_id: str, tmp_path: Path
 ) -> None:
     # Test-honesty review: the pause path (and librdkafka's keeping a pause) was only tested
-    # with a fake consumer. Two calls published at once, as fast as possible, to a live worker
-    # that may queue one final: the VAD finds endpoints far faster than finals decode.
+    # with a fake consumer. Two calls lie in the topic before a worker starts that may queue
+    # one final and decodes one job per step: its VAD passes over the backlog find endpoints
+    # many at a time, whatever the machine's speed. (Published to a live worker that decodes
+    # 64 a step, a fast machine decodes as fast as the VAD finds endpoints and never pauses.)
     calls = load_calls(CALLS, prefix=topics.topic_prefix)
+    Publisher(topics, calls, speed=0.0).start().join()
     port = free_port()
     worker = _worker(
         topics,
@@ -687,13 +690,12 @@ def test_backpressure_pauses_while_finals_pile_up_and_resumes_with_nothing_lost(
         "w-pressed",
         tmp_path,
         STREAMSCRIBE_MAX_PENDING_JOBS="1",
+        STREAMSCRIBE_MAX_STEP_JOBS="1",
         STREAMSCRIBE_METRICS_PORT=str(port),
         STREAMSCRIBE_METRICS_HOST="127.0.0.1",
     )
     events_topic = _topic(topics, "asr.events")
     try:
-        wait_for_owners(topics.bootstrap_servers, events_topic, ("w-pressed",), PARTITIONS, 180)
-        Publisher(topics, calls, speed=0.0).start().join()
         events = read_topic(topics.bootstrap_servers, events_topic, sessions_ended(4), 300)
         assert sum(e["type"] == "session_ended" for e in events) == 4, worker.log()
         paused = poll_metrics(
@@ -962,7 +964,14 @@ def test_flush_forces_a_final_and_an_idle_session_is_closed_with_one(
         ["utterances/utt01_account.flac", "utterances/utt02_billing.flac"], prefix=""
     )
     call_id = f"{topics.topic_prefix}flush"
-    worker = _worker(topics, group_id, "w-flush", tmp_path, STREAMSCRIBE_IDLE_TIMEOUT_MS="4000")
+    worker = _worker(
+        topics,
+        group_id,
+        "w-flush",
+        tmp_path,
+        STREAMSCRIBE_IDLE_TIMEOUT_MS="4000",
+        STREAMSCRIBE_QUIET_IDLE_TIMEOUT_MS="4000",  # the only call of its partition
+    )
     publisher = AudioPublisher.connect(Settings(kafka=topics))
     try:
         call = publisher.open_call(call_id)

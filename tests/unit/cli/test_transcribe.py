@@ -23,6 +23,7 @@ class _Engine:
         self.capture_ms: list[int | None] = []
         self.tenants: set[str] = set()
         self.chunks: list[tuple[SessionKey, int, bool]] = []
+        self.steps: list[int] = []  # chunks accepted so far, at each step
 
     def accept(self, key: SessionKey, samples: Any, rate: int, **chunk: Any) -> None:
         self.capture_ms.append(chunk["capture_ms"])
@@ -30,14 +31,19 @@ class _Engine:
         self.chunks.append((key, len(samples), chunk["end_of_stream"]))
 
     def step(self) -> list[object]:
+        self.steps.append(len(self.chunks))
         return []
 
 
 class _Pacer:
     offsets_ms: ClassVar[list[float]] = []  # of every instance: transcribe makes its own
+    late_ms: ClassVar[float] = 0.0  # how far real time runs ahead of each wait's offset
 
     def wait_until(self, offset_ms: float) -> None:
         self.offsets_ms.append(offset_ms)
+
+    def elapsed_ms(self) -> float:
+        return self.offsets_ms[-1] + self.late_ms
 
 
 @pytest.fixture
@@ -48,6 +54,7 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> _Engine:
     )
     monkeypatch.setattr(transcribe, "Pacer", _Pacer)
     _Pacer.offsets_ms = []
+    _Pacer.late_ms = 0.0
     return fake
 
 
@@ -59,6 +66,30 @@ def test_realtime_input_is_paced_on_the_monotonic_pacer(tmp_path: Path, engine: 
     first = engine.capture_ms[0]
     assert first is not None
     assert engine.capture_ms == [first + offset for offset in range(0, 500, 100)]
+
+
+def test_realtime_steps_once_per_chunk_while_it_keeps_up(tmp_path: Path, engine: _Engine) -> None:
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(8000, np.int16), 16000, subtype="PCM_16")  # 500 ms
+    assert main(["transcribe", "--realtime", "--chunk-ms", "100", str(path)]) == 0
+    assert engine.steps == [1, 2, 3, 4, 5]
+
+
+def test_realtime_takes_all_the_audio_spoken_during_a_long_step(
+    tmp_path: Path, engine: _Engine, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue "Capacity": the loop fed one chunk per step, so once steps ran long it never
+    # worked off the backlog the way the worker does (every record waiting goes in).
+    path = tmp_path / "c1.wav"
+    soundfile.write(str(path), np.zeros(48000, np.int16), 16000, subtype="PCM_16")  # 3 s
+    _Pacer.late_ms = 2500.0  # each step returns 2.5 s after its audio was due
+    assert main(["transcribe", "--realtime", "--chunk-ms", "100", str(path)]) == 0
+    assert engine.steps == [26, 30]  # the audio spoken by then, not one chunk
+    assert [n for _, n, _ in engine.chunks] == [1600] * 30
+    first = engine.capture_ms[0]
+    assert first is not None
+    assert engine.capture_ms == [first + offset for offset in range(0, 3000, 100)]
+    assert "behind real time" in capsys.readouterr().err
 
 
 def test_without_realtime_nothing_waits(tmp_path: Path, engine: _Engine) -> None:

@@ -32,7 +32,7 @@ def test_the_engine_and_the_worker_share_one_clock(monkeypatch: pytest.MonkeyPat
             pass
 
     monkeypatch.setattr("pipeline.asr.factory.build_engine", build_engine)
-    monkeypatch.setattr("pipeline.runtime.worker.AsrWorker", _Worker)
+    monkeypatch.setattr("pipeline.worker.loop.AsrWorker", _Worker)
     assert main([*NO_BROKER, "worker"]) == 0
     assert clocks["engine"] is not None
     assert clocks["engine"] is clocks["worker"]
@@ -67,7 +67,7 @@ def test_static_membership_without_a_worker_id_is_warned_about(
         def run(self) -> None:
             pass
 
-    monkeypatch.setattr("pipeline.runtime.worker.AsrWorker", _Worker)
+    monkeypatch.setattr("pipeline.worker.loop.AsrWorker", _Worker)
     argv = [*NO_BROKER, "worker", *([] if worker_id is None else ["--worker-id", worker_id])]
     assert main(argv) == 0
     assert ("STATIC_MEMBERSHIP without STREAMSCRIBE_WORKER_ID" in capsys.readouterr().err) is warned

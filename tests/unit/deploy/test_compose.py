@@ -257,6 +257,8 @@ def test_the_ingress_publishes_its_rtp_range_is_ready_checked_and_scraped() -> N
     env = ingress["environment"]
     port = IngressSettings().port
     assert f"{port}:{port}" in ingress["ports"]
+    sip = IngressSettings().sip_port
+    assert {f"{sip}:{sip}", f"{sip}:{sip}/udp"} <= set(ingress["ports"])  # SIP on TCP and UDP
     low, high = (
         int(env["STREAMSCRIBE_INGRESS_RTP_PORT_MIN"]),
         int(env["STREAMSCRIBE_INGRESS_RTP_PORT_MAX"]),

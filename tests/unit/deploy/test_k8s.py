@@ -317,8 +317,11 @@ def test_ingress_serves_probes_on_its_port_and_takes_its_token_from_a_secret() -
     ingress = objects["Deployment/streamscribe-ingress"]
     container = _container(ingress)
     assert container["args"] == ["ingress"]
-    (port,) = container["ports"]
-    assert port == {"name": "http", "containerPort": IngressSettings().port, "protocol": "TCP"}
+    http, sip_udp, sip_tcp = container["ports"]
+    assert http == {"name": "http", "containerPort": IngressSettings().port, "protocol": "TCP"}
+    for port, protocol in ((sip_udp, "UDP"), (sip_tcp, "TCP")):
+        assert port["containerPort"] == IngressSettings().sip_port
+        assert port["protocol"] == protocol
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert container["envFrom"] == [{"configMapRef": {"name": "streamscribe-settings"}}]
@@ -348,9 +351,12 @@ def test_ingress_service_pdb_and_monitor_reach_the_ingress_pods() -> None:
     pod_labels = ingress["spec"]["template"]["metadata"]["labels"]
     service = objects["Service/streamscribe-ingress"]["spec"]
     assert service["selector"].items() <= pod_labels.items()
-    (port,) = service["ports"]
-    assert port["targetPort"] == "http"
-    assert port["port"] == IngressSettings().port
+    http, sip_udp, sip_tcp = service["ports"]
+    assert http["targetPort"] == "http"
+    assert http["port"] == IngressSettings().port
+    assert (sip_udp["targetPort"], sip_udp["protocol"]) == ("sip-udp", "UDP")
+    assert (sip_tcp["targetPort"], sip_tcp["protocol"]) == ("sip-tcp", "TCP")
+    assert sip_udp["port"] == sip_tcp["port"] == IngressSettings().sip_port
     pdb = objects["PodDisruptionBudget/streamscribe-ingress"]["spec"]
     assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
     assert ingress["spec"]["replicas"] > pdb["maxUnavailable"], "a drain leaves one gateway"

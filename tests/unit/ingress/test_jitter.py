@@ -25,6 +25,7 @@ def config(**overrides: int) -> JitterConfig:
         depth_packets=overrides.get("depth_packets", DEPTH),
         max_wait_ms=overrides.get("max_wait_ms", 60),
         max_gap_ms=overrides.get("max_gap_ms", 10_000),
+        start_hold_ms=overrides.get("start_hold_ms", 0),
     )
 
 
@@ -231,14 +232,14 @@ def test_telephone_events_and_comfort_noise_stay_out_of_the_audio() -> None:
         received = rtp.receive(
             build(seq=seq, timestamp=SAMPLES, payload_type=101, payload=payload), SOURCE, 0
         )
+        notices += [(event.digit, len(out) + at) for event, at in received.dtmf_placed]
         out += received.audio
-        if received.dtmf is not None:
-            notices.append(received.dtmf.digit)
+        assert received.dtmf is None
     out += rtp.receive(
         build(seq=6, timestamp=4 * SAMPLES, payload_type=13, payload=b"\x40"), SOURCE, 0
     ).audio
     out += rtp.receive(build(seq=7, timestamp=5 * SAMPLES, payload=audio(7)), SOURCE, 0).audio
-    assert notices == ["5"]  # three end packets, one notice
+    assert notices == [("5", SAMPLES)]  # three end packets, one notice, where the tone starts
     assert out == audio(1) + SILENCE * 4 * SAMPLES + audio(7)
 
 
@@ -270,3 +271,65 @@ def test_jitter_follows_rfc_3550_and_ignores_telephone_events() -> None:
     for repeat in range(5):  # one key press: the same start time, arriving 50 ms apart
         buffer.push(64 + repeat, 64 * SAMPLES, None, 1280 + 50 * repeat)
     assert buffer.jitter_ms == steady
+
+
+def test_a_start_hold_reorders_the_first_packets_instead_of_dropping_them() -> None:
+    """Packet 0 overtaken by packet 1: without a hold 1 starts the stream and 0 is late; with a
+    40 ms hold both come out in order, and the release says when the stream began."""
+    plain = JitterBuffer(config())
+    assert plain.push(1, SAMPLES, audio(1), 1000).audio == audio(1)
+    assert plain.push(0, 0, audio(0), 1005).status is PushStatus.LATE
+    held = JitterBuffer(config(start_hold_ms=40))
+    assert held.push(1, SAMPLES, audio(1), 1000).audio == b""
+    assert held.push(0, 0, audio(0), 1005).audio == b""
+    assert held.push(0, 0, audio(0), 1010).status is PushStatus.DUPLICATE
+    assert held.waiting_packets == 2
+    release = held.push(2, 2 * SAMPLES, audio(2), 1040)
+    assert release.audio == audio(0) + audio(1) + audio(2)
+    assert release.started_ms == 1000
+    assert held.push(3, 3 * SAMPLES, audio(3), 1060).started_ms is None
+
+
+def test_a_start_hold_ends_by_time_without_more_packets_and_on_drain() -> None:
+    buffer = JitterBuffer(config(start_hold_ms=40))
+    buffer.push(5, 5 * SAMPLES, audio(5), 0)
+    assert buffer.expire(39).audio == b""
+    assert buffer.expire(40).audio == audio(5)
+    drained = JitterBuffer(config(start_hold_ms=40))
+    drained.push(9, 0, audio(9), 0)
+    assert drained.drain().audio == audio(9)
+
+
+@given(start=starts, case=reordered())
+def test_with_a_start_hold_nothing_is_late_that_came_within_it(
+    start: tuple[int, int], case: tuple[int, list[int]]
+) -> None:
+    """Every packet arrives at the same moment (within the hold): whatever the order, all come
+    out once, in order, from the earliest."""
+    first_seq, first_ts = start
+    count, order = case
+    buffer = JitterBuffer(config(start_hold_ms=40))
+    out = b""
+    for index in order:
+        release = buffer.push(
+            (first_seq + index) % 65536, (first_ts + index * SAMPLES) % 2**32, audio(index), 0
+        )
+        assert buffer.waiting_packets <= DEPTH
+        out += release.audio
+    out += buffer.drain().audio
+    assert out == b"".join(audio(index) for index in range(min(order[:DEPTH]), count))
+
+
+def test_a_key_press_is_placed_by_its_timestamp_even_when_it_overtakes_audio() -> None:
+    rtp = receiver()
+    end = bytes([3, 0x8A]) + (160).to_bytes(2, "big")
+    out = rtp.receive(build(seq=1, timestamp=0, payload=audio(1)), SOURCE, 0).audio
+    # The event (after packet 2's audio on the RTP clock) arrives before packet 2.
+    early = rtp.receive(
+        build(seq=3, timestamp=2 * SAMPLES, payload_type=101, payload=end), SOURCE, 0
+    )
+    assert early.dtmf_placed == ()  # waits for packet 2, as the audio does
+    late_audio = rtp.receive(build(seq=2, timestamp=SAMPLES, payload=audio(2)), SOURCE, 0)
+    ((event, at),) = late_audio.dtmf_placed
+    assert event.digit == "3"
+    assert len(out) + at == 2 * SAMPLES

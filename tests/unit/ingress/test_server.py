@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from pipeline.contracts.messages import Event, EventType
 from pipeline.ingress.server import IngressGateway
 from pipeline.producer.publisher import AudioPublisher
 from pipeline.settings import IngressSettings
@@ -27,6 +28,7 @@ AUTH = {"Authorization": f"Bearer {TOKEN}"}
 def run(
     scenario: Callable[[IngressGateway, aiohttp.ClientSession, str], Awaitable[None]],
     transport: FakeTransport | None = None,
+    events: list[Event] | None = None,
     **ingress: Any,
 ) -> FakeTransport:
     """Run ``scenario`` against a started gateway; return what it published."""
@@ -39,13 +41,19 @@ def run(
             "rtp_bind": "127.0.0.1",
             "rtp_port_min": port_min,
             "rtp_port_max": port_min + 9,
+            "sip_bind": "127.0.0.1",
+            "sip_port": 0,
             "auth_token": TOKEN,
             **ingress,
         }
     )
 
     async def main() -> None:
-        gateway = IngressGateway(settings, AudioPublisher(fake, topic="audio.chunks"))
+        gateway = IngressGateway(
+            settings,
+            AudioPublisher(fake, topic="audio.chunks"),
+            events=_ListSink(events) if events is not None else None,
+        )
         await gateway.start()
         try:
             async with aiohttp.ClientSession() as session:
@@ -55,6 +63,14 @@ def run(
 
     asyncio.run(main())
     return fake
+
+
+class _ListSink:
+    def __init__(self, events: list[Event]) -> None:
+        self.events = events
+
+    def publish(self, event: Event) -> None:
+        self.events.append(event)
 
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any) -> tuple[int, str]:
@@ -128,3 +144,37 @@ def test_a_record_refused_for_one_call_is_counted_and_the_other_call_goes_on() -
         by_call.setdefault(chunk.call_id, []).append(chunk.seq)
     assert by_call["second"] == [0, 1, 2]  # two records of audio and the end-of-stream
     assert by_call["first"] == [1, 2]  # seq 0 was refused: the worker sees a gap
+
+
+@pytest.mark.parametrize("reveal", [False, True])
+def test_a_key_press_on_rtp_is_an_event_naming_its_digit_only_if_allowed(reveal: bool) -> None:
+    async def scenario(gateway: IngressGateway, session: aiohttp.ClientSession, url: str) -> None:
+        status, text = await post(session, url, {"call_id": "keys", "channels": ["customer"]})
+        assert status == 201
+        port = json.loads(text)["channels"]["customer"]["port"]
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+            for index in range(5):  # 100 ms of audio, then three end packets of digit 9
+                header = bytes([0x80, 0]) + index.to_bytes(2, "big")
+                header += (160 * index).to_bytes(4, "big") + b"\x00\x00\x00\x01"
+                sender.sendto(header + b"\x10" * 160, ("127.0.0.1", port))
+            for repeat in range(3):
+                header = bytes([0x80, 101]) + (5 + repeat).to_bytes(2, "big")
+                header += (800).to_bytes(4, "big") + b"\x00\x00\x00\x01"
+                sender.sendto(header + bytes([9, 0x80 | 10, 0x01, 0x40]), ("127.0.0.1", port))
+        while gateway.metrics.registry.get_sample_value("ingress_rtp_packets_total") < 8:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # the start hold lets the first audio out
+
+    events: list[Event] = []
+    run(scenario, events=events, dtmf_digits_in_events=reveal)
+    started, dtmf = events
+    assert started.type is EventType.INGRESS_CALL_STARTED
+    assert started.detail["transport"] == "rtp"
+    assert dtmf.type is EventType.DTMF_RECEIVED
+    assert (dtmf.call_id, dtmf.channel) == ("keys", "customer")
+    assert dtmf.detail["position_ms"] == 100
+    assert dtmf.detail["duration_ms"] == 40  # 320 samples at 8 kHz
+    assert dtmf.detail["digit_redacted"] is not reveal
+    assert ("digit" in dtmf.detail) is reveal
+    if reveal:
+        assert dtmf.detail["digit"] == "9"

@@ -157,3 +157,12 @@ def test_pacer_sleeps_only_when_ahead_of_the_audio() -> None:
     now[0] += 0.5  # fell behind: no sleep, no catch-up wait
     pacer.wait_until(40)
     assert slept == [0.015]
+
+
+def test_pacer_says_how_much_audio_has_been_spoken() -> None:
+    now = [100.0]
+    pacer = Pacer(lambda: now[0], lambda seconds: None)
+    assert pacer.elapsed_ms() == 0.0  # not started
+    pacer.wait_until(0)
+    now[0] += 1.25
+    assert pacer.elapsed_ms() == pytest.approx(1250.0)

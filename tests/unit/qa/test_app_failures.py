@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Event, EventType, to_json
 from pipeline.qa import app as qa_app
+from pipeline.qa import faust_compat
 from pipeline.qa.app import QaApp
 from pipeline.qa.metrics import QaMetrics
 from pipeline.qa.records import InputKind, encode_input
@@ -43,7 +44,7 @@ class FakeTopic:
 
     async def send(self, key: str | None, value: bytes) -> asyncio.Future[None]:
         delivery: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.sender_answers.append(qa_app._SENDER_ANSWERS.get())
+        self.sender_answers.append(faust_compat.SENDER_ANSWERS.get())
         if self.lost:
             self.delivered.append((key, value))
         elif self.failures:
@@ -192,7 +193,7 @@ def test_a_tick_that_never_comes_back_is_sent_again(monkeypatch: pytest.MonkeyPa
     app = shell.app
     monkeypatch.setattr(app, "readiness", Readiness.of)
     unassigned = SimpleNamespace(assignment=set)  # drop_unowned keeps every call then
-    monkeypatch.setattr(qa_app._FaustApp, "consumer", property(lambda self: unassigned))
+    monkeypatch.setattr(faust_compat.FaustApp, "consumer", property(lambda self: unassigned))
     sent: list[tuple[str | None, bytes]] = app.input_topic.delivered  # type: ignore[attr-defined]
 
     async def scenario() -> list[int]:

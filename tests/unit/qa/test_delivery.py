@@ -28,7 +28,7 @@ from faust.types import TP
 from intervaltree import IntervalTree
 from mode.utils.queues import FlowControlQueue
 
-from pipeline.qa import app as qa_app
+from pipeline.qa import faust_compat
 from pipeline.qa.app import QaApp
 from pipeline.qa.rules import DEFAULT_RULES
 from pipeline.settings import KafkaSettings, QaSettings, Settings
@@ -36,7 +36,7 @@ from pipeline.settings import KafkaSettings, QaSettings, Settings
 TOPIC_PARTITION = TP("asr.finals", 7)
 
 
-def _buffered(flow: qa_app._FlowControl) -> FlowControlQueue[str]:
+def _buffered(flow: faust_compat.FlowControl) -> FlowControlQueue[str]:
     queue: FlowControlQueue[str] = FlowControlQueue(flow_control=flow, clear_on_resume=True)
     queue.put_nowait("final 9")
     return queue
@@ -44,7 +44,7 @@ def _buffered(flow: qa_app._FlowControl) -> FlowControlQueue[str]:
 
 def test_resuming_a_running_flow_keeps_what_the_agents_have_not_read() -> None:
     async def scenario() -> int:
-        flow = qa_app._FlowControl()
+        flow = faust_compat.FlowControl()
         flow.resume()  # recovery resumes the flow (it starts suspended)
         queue = _buffered(flow)  # a record fetched once the stream partitions are resumed
         flow.resume()  # recovery is complete: faust resumes again
@@ -55,7 +55,7 @@ def test_resuming_a_running_flow_keeps_what_the_agents_have_not_read() -> None:
 
 def test_resuming_after_a_suspension_still_drops_what_was_read_before() -> None:
     async def scenario() -> tuple[bool, int]:
-        flow = qa_app._FlowControl()
+        flow = faust_compat.FlowControl()
         flow.resume()
         queue = _buffered(flow)
         flow.suspend()  # a rebalance
@@ -69,13 +69,13 @@ def test_resuming_after_a_suspension_still_drops_what_was_read_before() -> None:
 def test_the_app_uses_this_flow_control() -> None:
     settings = Settings(kafka=KafkaSettings(topic_prefix="env1."), qa=QaSettings(web_port=16098))
     app = QaApp(settings, DEFAULT_RULES)
-    assert isinstance(app.app.flow_control, qa_app._FlowControl)
+    assert isinstance(app.app.flow_control, faust_compat.FlowControl)
     assert not app.app.flow_control.is_active()
 
 
 def _consumer(committed: int | None) -> Any:
     """The consumer's offset bookkeeping, without a transport or a broker."""
-    consumer: Any = object.__new__(qa_app._ReadCommittedConsumer)
+    consumer: Any = object.__new__(faust_compat.ReadCommittedConsumer)
     consumer._committed_offset = defaultdict(lambda: None, {TOPIC_PARTITION: committed})
     consumer._gap = defaultdict(IntervalTree)
     consumer._acked = defaultdict(list)
@@ -166,7 +166,7 @@ def test_a_partition_without_a_committed_offset_is_fetched_again_from_its_beginn
         {never: None, at_zero: 0, committed: 53, changelog: None, revoked: None},
         {never, at_zero, committed, changelog},
     )
-    thread: Any = object.__new__(qa_app._ReadCommittedConsumerThread)
+    thread: Any = object.__new__(faust_compat.ReadCommittedConsumerThread)
     thread._consumer = fake
     thread.consumer = _FakeParent()
 
@@ -178,7 +178,7 @@ def test_a_partition_without_a_committed_offset_is_fetched_again_from_its_beginn
 
 def test_nothing_to_rewind_when_every_partition_has_a_commit() -> None:
     fake = _FakeAiokafkaConsumer({TOPIC_PARTITION: 12}, {TOPIC_PARTITION})
-    thread: Any = object.__new__(qa_app._ReadCommittedConsumerThread)
+    thread: Any = object.__new__(faust_compat.ReadCommittedConsumerThread)
     thread._consumer = fake
     thread.consumer = _FakeParent()
     asyncio.run(thread._seek_to_committed_or_beginning())

@@ -5,7 +5,7 @@ sees no message sent for 0.1 s) is not enough; ``_DurableFlushProducer.flush`` a
 every message handed to ``send_soon`` (table changelogs) or ``send`` (``Topic.send``: the
 forwarders' re-keyed records), and fails once any of them failed. The real path (a SIGKILL
 right after a commit, then a restart from the changelogs) is tested against the broker in
-tests/integration/test_qa_app.py.
+tests/integration/test_faust_compat.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as aiokafka_driver
 
-from pipeline.qa import app as qa_app
+from pipeline.qa import faust_compat
 
 
 @pytest.fixture
@@ -38,7 +38,7 @@ def producer(monkeypatch: pytest.MonkeyPatch) -> Any:
         aiokafka_driver.Producer, "send_soon", lambda self, fut: buffered.append(fut)
     )
     monkeypatch.setattr(aiokafka_driver.Producer, "send", aiokafka_send)
-    made = object.__new__(qa_app._DurableFlushProducer)
+    made = object.__new__(faust_compat.DurableFlushProducer)
     made._unacknowledged = set()
     made._undelivered = []
     made.flush_timeout_s = 0.5
@@ -127,7 +127,7 @@ def test_a_message_that_failed_before_the_flush_stops_every_later_commit(
 
 def test_a_message_its_sender_answers_for_does_not_stop_the_commit(producer: Any) -> None:
     async def scenario() -> None:
-        with qa_app._sender_answers():
+        with faust_compat.sender_answers():
             delivery = await _send(producer)
         delivery.set_exception(RuntimeError("qa.calls: not authorized"))
         await asyncio.sleep(0)

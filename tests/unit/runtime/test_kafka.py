@@ -11,8 +11,8 @@ import pytest
 from pipeline.errors import ConfigError
 from pipeline.producer.kafka import KafkaTransport
 from pipeline.runtime.kafka import new_consumer, new_producer
-from pipeline.runtime.worker import AsrWorker
 from pipeline.settings import KafkaSettings, Settings
+from pipeline.worker.loop import AsrWorker
 
 NO_BROKER = "127.0.0.1:1"
 

@@ -1,9 +1,9 @@
-"""Flow decisions: partial thinning, fetch backpressure, catch-up after an assignment."""
+"""Flow decisions: partial thinning, fetch backpressure, catch-up after an assignment, idle time."""
 
 from __future__ import annotations
 
 from pipeline.asr.session import SessionKey
-from pipeline.worker.flow import PartialThinning, catching_up, paused_after
+from pipeline.worker.flow import FetchClock, PartialThinning, catching_up, paused_after
 
 A, B, C = (SessionKey(f"call:{n}", "agent") for n in "abc")
 
@@ -64,3 +64,16 @@ def test_an_unfetched_partition_counts_as_behind_only_just_after_the_assignment(
     assert _catching_up(0.5, [None, 0])
     assert not _catching_up(1.5, [None, 0])
     assert _catching_up(1.5, [None, 11])
+
+
+def test_the_fetch_clock_runs_only_while_fetching_and_at_most_a_tick_at_a_time() -> None:
+    clock = FetchClock(max_tick_ms=5000)
+    clock.tick(1_000, fetching=True)  # the first tick only sets the start
+    clock.tick(1_500, fetching=True)
+    assert clock.now_ms == 500
+    clock.tick(9_500, fetching=False)  # paused, or every broker down: no caller's silence
+    assert clock.now_ms == 500
+    clock.tick(29_500, fetching=True)  # a stalled loop counts one tick's worth at most
+    assert clock.now_ms == 5_500
+    clock.tick(29_000, fetching=True)  # wall time stepping back never runs it backwards
+    assert clock.now_ms == 5_500

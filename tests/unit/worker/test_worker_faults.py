@@ -17,11 +17,11 @@ from pipeline.asr.recognizer import Recognition
 from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.errors import ConfigError, InfrastructureError
-from pipeline.runtime import worker as worker_module
 from pipeline.runtime.metrics import WorkerMetrics
-from pipeline.runtime.worker import AsrWorker
 from pipeline.settings import Settings, WorkerSettings
+from pipeline.worker import clients as clients_module
 from pipeline.worker.faults import FaultPoint, Faults, InjectedFaultError, parse_faults
+from pipeline.worker.loop import AsrWorker
 from tests.unit.worker.test_worker_loop import (
     _chunk,
     _Consumer,
@@ -94,9 +94,9 @@ def _looping(
     def new_producer(config: dict[str, Any]) -> Any:
         return producer if "transactional.id" in config else _Partials()
 
-    monkeypatch.setattr(worker_module, "new_producer", new_producer)
-    monkeypatch.setattr(worker_module, "new_consumer", lambda config: consumer)
-    asr._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    monkeypatch.setattr(clients_module, "new_producer", new_producer)
+    monkeypatch.setattr(clients_module, "new_consumer", lambda config: consumer)
+    asr._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
     return asr, producer, consumer
 
 
@@ -180,7 +180,7 @@ def test_a_fault_inside_a_restore_leaves_nothing_owned(monkeypatch: Any) -> None
     )
     with pytest.raises(InjectedFaultError, match="restore_after_offsets"):
         worker.run()
-    assert not worker._book.partitions
+    assert not worker._streams.book.partitions
     assert producer.committed == []
 
 
@@ -221,15 +221,19 @@ def test_partitions_lost_rewind_the_partitions_kept(monkeypatch: Any) -> None:
     # session went on regardless, so without a rewind its final was never published.
     records = _utterances(["A"])
     worker, producer, consumer = _looping(monkeypatch, _Says(), records)
-    worker._tx, worker._consumer, worker._partials = producer, consumer, _Partials()
-    worker._restore([0, 1])
+    worker._clients.transactional, worker._clients.consumer, worker._clients.partials = (
+        producer,
+        consumer,
+        _Partials(),
+    )
+    worker._handover.restore([0, 1])
     worker.status.assigned = frozenset({0, 1})
     for record in records:
         worker._handle(record)
     for output in worker._engine.step():
-        worker._route(output)
-    assert worker._outbox.records  # A's final is staged
-    worker._on_lost(consumer, [TopicPartition("audio.chunks", 1)])
+        worker._router.route(output)
+    assert worker._staging.outbox.records  # A's final is staged
+    worker._handover.on_lost(consumer, [TopicPartition("audio.chunks", 1)])
     consumer.queue = list(records)  # the client hands out what follows the position
     worker._iteration()  # the rewind: the sessions of partition 0 start again
     assert consumer.sought == [(0, -2)]  # from the beginning: nothing was committed
@@ -289,10 +293,10 @@ def test_the_committed_offsets_read_rides_out_a_coordinator_moving(monkeypatch: 
     # librdkafka does not flag retriable, and every worker taking partitions then exited.
     monkeypatch.setattr("pipeline.runtime.transactions.time.sleep", lambda s: None)
     worker, _, _ = _looping(monkeypatch, _Says(), [])
-    worker._consumer = _CoordinatorMoving(
+    worker._clients.consumer = _CoordinatorMoving(
         [KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError._TIMED_OUT]
     )
-    assert worker._read_committed_offsets([0, 1]) == {0: 17, 1: None}
+    assert worker._handover.read_committed_offsets([0, 1]) == {0: 17, 1: None}
 
 
 class _CommitFails(_LoopProducer):
@@ -307,9 +311,9 @@ def test_a_failed_shutdown_commit_is_aborted(monkeypatch: Any) -> None:
     # It was left open: the next owner's checkpoint read then waited for the broker to time
     # it out (transaction.timeout.ms plus its abort sweep: 10-20 s) before it could restore.
     worker, _, consumer = _looping(monkeypatch, _Says(), [])
-    producer = worker._tx = _CommitFails()
-    worker._consumer, worker._partials = consumer, _Partials()
-    worker._restore([0])
+    producer = worker._clients.transactional = _CommitFails()
+    worker._clients.consumer, worker._clients.partials = consumer, _Partials()
+    worker._handover.restore([0])
     worker.status.assigned = frozenset({0})
     for record in _utterances(["A"])[:20]:
         worker._handle(record)
@@ -340,7 +344,7 @@ def test_a_worker_starting_while_the_coordinator_loads_waits_for_it(monkeypatch:
     producer = _CoordinatorLoading()
     worker, _, _ = _looping(monkeypatch, _Says(), [])
     monkeypatch.setattr(
-        worker_module,
+        clients_module,
         "new_producer",
         lambda config: producer if "transactional.id" in config else _Partials(),
     )
@@ -368,13 +372,13 @@ def test_an_abort_refused_for_a_commit_in_progress_replaces_the_producer_at_once
 ) -> None:
     monkeypatch.setattr("pipeline.runtime.transactions.time.sleep", lambda s: None)
     worker, _, consumer = _looping(monkeypatch, _Says(), [])
-    worker._tx = stuck = _CommitGoesOn()
+    worker._clients.transactional = stuck = _CommitGoesOn()
     fresh = _LoopProducer()
-    worker._transactional_producer = lambda: fresh  # type: ignore[method-assign]
-    worker._consumer, worker._partials = consumer, _Partials()
-    worker._restore([0])
+    worker._clients.new_transactional = lambda: fresh  # type: ignore[method-assign]
+    worker._clients.consumer, worker._clients.partials = consumer, _Partials()
+    worker._handover.restore([0])
     for record in _utterances(["A"])[:20]:
         worker._handle(record)
     worker._commit()
     assert stuck.aborts_tried == 1  # not retried for the abort's whole budget
-    assert worker._tx is fresh
+    assert worker._clients.transactional is fresh

@@ -16,7 +16,7 @@ from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.errors import InfrastructureError
-from pipeline.runtime.worker import AsrWorker
+from pipeline.worker.loop import AsrWorker
 from tests.unit.worker.test_worker_loop import (
     _chunk,
     _Consumer,
@@ -62,18 +62,18 @@ def test_a_replay_read_over_several_commits_repeats_no_dead_letter_or_event() ->
     clock = ManualClock(1_000_000)
     log = [*(_chunk("A", seq, seq, loud=True) for seq in range(50)), *map(_bad, range(50, 53))]
     first, committed = _worker(clock, _Speech())
-    first._consumer.queue = list(log)
+    first._clients.consumer.queue = list(log)
     first._iteration()
     first._commit()
-    assert (_dead_letters(committed), first._book.partitions[0].handled_through) == (3, 52)
+    assert (_dead_letters(committed), first._streams.book.partitions[0].handled_through) == (3, 52)
     survivor, producer = _takeover(clock, committed, _Speech())
     survivor._worker = dataclasses.replace(survivor._worker, poll_batch=20)
-    survivor._consumer.queue = list(log)
+    survivor._clients.consumer.queue = list(log)
     for _ in range(4):
         survivor._iteration()
         clock.advance(1_000)  # a commit is due at every iteration
     survivor._commit()
-    assert survivor._book.partitions[0].handled_through == 52
+    assert survivor._streams.book.partitions[0].handled_through == 52
     assert _dead_letters(producer) == 0
     assert "chunk_rejected" not in _types(producer)
 
@@ -87,27 +87,27 @@ def test_a_takeover_does_not_admit_a_call_the_dead_owner_refused_at_its_limit(
     # the DLQ, with no session_started ever published.
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock, max_open_sessions=1)
-    first._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
+    first._clients.consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
     first._iteration()
     first._commit()
     assert first.status.dead_letters == 1
     survivor, producer = _takeover(clock, committed, max_open_sessions=survivor_limit)
-    survivor._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
+    survivor._clients.consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("A", 1, 2)]
     survivor._iteration()
     survivor._commit()
     assert SessionKey("B", "mono") not in survivor._engine.sessions
-    assert survivor._admission.state(("B", "mono")) is None
+    assert survivor._streams.admission.state(("B", "mono")) is None
     assert _dead_letters(producer) == 0  # refused once, already
 
 
 def test_past_the_replay_a_call_refused_by_the_dead_owner_is_decided_afresh() -> None:
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock, max_open_sessions=1)
-    first._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1)]
+    first._clients.consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1)]
     first._iteration()
     first._commit()
     survivor, producer = _takeover(clock, committed, max_open_sessions=10)
-    survivor._consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("B", 1, 2)]
+    survivor._clients.consumer.queue = [_chunk("A", 0, 0), _chunk("B", 0, 1), _chunk("B", 1, 2)]
     survivor._iteration()
     survivor._commit()
     assert SessionKey("B", "mono") in survivor._engine.sessions  # there is room now
@@ -203,22 +203,26 @@ def _rebalance(
     worker: AsrWorker, consumer: _StickyPauseConsumer, revoke: set[int], assign: set[int]
 ) -> None:
     if revoke:
-        worker._on_revoke(consumer, [TopicPartition("audio.chunks", p) for p in sorted(revoke)])
+        worker._handover.on_revoke(
+            consumer, [TopicPartition("audio.chunks", p) for p in sorted(revoke)]
+        )
         consumer.assigned -= revoke
     if assign:  # the Python client assigns after the callback returns
-        worker._on_assign(consumer, [TopicPartition("audio.chunks", p) for p in sorted(assign)])
+        worker._handover.on_assign(
+            consumer, [TopicPartition("audio.chunks", p) for p in sorted(assign)]
+        )
         consumer.assigned |= assign
 
 
 def test_a_partition_revoked_while_paused_is_fetched_when_it_comes_back() -> None:
     clock = ManualClock(1_000_000)
     worker, _ = _worker(clock)
-    consumer = worker._consumer = _StickyPauseConsumer()
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
-    worker._forget([0])
+    consumer = worker._clients.consumer = _StickyPauseConsumer()
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._streams.forget([0])
     worker.status.assigned = frozenset()
     _rebalance(worker, consumer, set(), {0, 1})
-    worker._catch_up_partitions = frozenset()  # no backlog: caught up at once
+    worker._handover.catch_up_partitions = frozenset()  # no backlog: caught up at once
     engine = worker._engine
     engine.pending_finals = lambda: 1_000  # type: ignore[method-assign]  # finals pile up
     worker._iteration()
@@ -240,15 +244,15 @@ def test_catching_up_on_a_backlog_is_not_stopped_by_its_own_queued_finals(monkey
     # Catch-up runs the VAD only, so a backlog with many utterances queues finals by design;
     # pausing the fetch for them would stop the very reading that ends the catch-up.
     now = [1_000.0]
-    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("pipeline.worker.loop.time.monotonic", lambda: now[0])
     clock = ManualClock(1_000_000)
     worker, _ = _worker(clock, EnergyVad(), max_pending_jobs=4)
     worker._worker = dataclasses.replace(worker._worker, poll_batch=50)
-    consumer = worker._consumer
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
-    worker._forget([0])
+    consumer = worker._clients.consumer
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._streams.forget([0])
     worker.status.assigned = frozenset()
-    worker._on_assign(consumer, [TopicPartition("audio.chunks", 0)])
+    worker._handover.on_assign(consumer, [TopicPartition("audio.chunks", 0)])
     backlog = [  # 8 calls: 1 s of speech then 1.2 s of quiet each (one final each)
         _chunk(f"call-{n}", seq, 8 * seq + n, loud=seq < 50) for seq in range(110) for n in range(8)
     ]
@@ -272,7 +276,8 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
         worker._handle(_chunk("c1", seq, seq, loud=True))
     worker._engine.step(max_jobs=0)
     worker._tick_fetch_clock()
-    for _ in range(worker._worker.idle_timeout_ms // 500 + 2):  # no chunk for the idle timeout
+    # No record at all (a lone call): closed after the quiet-partition timeout.
+    for _ in range(worker._worker.quiet_idle_timeout_ms // 500 + 2):
         clock.advance(500)
         worker._tick_fetch_clock()
     worker._close_idle_sessions()
@@ -281,7 +286,7 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
     worker._handle(_chunk("c1", 50, 50, loud=True))  # the caller was not gone after all
     for _ in range(3):
         for output in worker._engine.step():
-            worker._route(output)
+            worker._router.route(output)
     worker._commit()
     assert _finals(producer) == [0]
     assert _dead_letters(producer) == 1
@@ -333,8 +338,8 @@ def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_a
     # for it, nor own, fetch or commit the partition it was restoring (the next owner does).
     clock = ManualClock(1_000_000)
     worker, _ = _worker(clock)
-    worker._tx = producer = _OffsetsProducer()
-    consumer = worker._consumer = _StickyPauseConsumer()
+    worker._clients.transactional = producer = _OffsetsProducer()
+    consumer = worker._clients.consumer = _StickyPauseConsumer()
     consumer.close = lambda: None  # type: ignore[attr-defined]
     consumer.assigned = {0}
     consumer.queues[1] = [_OnPartition(_chunk("c1", seq, seq), 1) for seq in range(5)]
@@ -344,14 +349,14 @@ def test_a_shutdown_during_a_new_partition_s_checkpoint_read_leaves_it_unowned_a
     assert (reader.fetches, reader.closed) == (1, True)
     assert consumer.app_paused == {1}
     assert worker.status.assigned == {0}
-    assert set(worker._book.partitions) == {0}
+    assert set(worker._streams.book.partitions) == {0}
     worker._iteration()
     assert len(consumer.queues[1]) == 5  # nothing of it fetched
     worker._shutdown()
     assert {tp.partition for tp in producer.sent_offsets} <= {0}
     assert "partitions_assigned" not in _types(producer)
     # The leave revokes both; only the owned one is news.
-    worker._on_revoke(consumer, [TopicPartition("audio.chunks", p) for p in (0, 1)])
+    worker._handover.on_revoke(consumer, [TopicPartition("audio.chunks", p) for p in (0, 1)])
     worker._commit()
     revoked = [
         orjson.loads(value)["detail"]["partitions"]
@@ -372,24 +377,28 @@ def _metadata(**partitions: int) -> Any:
 
 def test_a_worker_refuses_to_start_when_asr_checkpoints_has_fewer_partitions() -> None:
     worker, _ = _worker(ManualClock(1_000_000))
-    worker._consumer.list_topics = lambda **_: _metadata(audio_chunks=24, asr_checkpoints=12)  # type: ignore[attr-defined]
+    worker._clients.consumer.list_topics = lambda **_: _metadata(
+        audio_chunks=24, asr_checkpoints=12
+    )  # type: ignore[attr-defined]
     with pytest.raises(InfrastructureError, match=r"asr\.checkpoints has 12 partitions but audio"):
-        worker._check_checkpoint_partitions()
-    worker._consumer.list_topics = lambda **_: _metadata(audio_chunks=12, asr_checkpoints=12)  # type: ignore[attr-defined]
-    worker._check_checkpoint_partitions()
+        worker._handover.check_checkpoint_partitions()
+    worker._clients.consumer.list_topics = lambda **_: _metadata(
+        audio_chunks=12, asr_checkpoints=12
+    )  # type: ignore[attr-defined]
+    worker._handover.check_checkpoint_partitions()
 
 
 def test_a_worker_started_before_asr_checkpoints_existed_checks_at_its_first_assignment() -> None:
     # Review finding: the check at start found no asr.checkpoints (the topics Job still
     # running) and was never made again, so partitions beyond the count were taken.
     worker, _ = _worker(ManualClock(1_000_000))
-    consumer = worker._consumer = _StickyPauseConsumer()
+    consumer = worker._clients.consumer = _StickyPauseConsumer()
     consumer.list_topics = lambda **_: _metadata(audio_chunks=24)  # type: ignore[attr-defined]
-    worker._check_checkpoint_partitions()  # at start: nothing to compare yet
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._handover.check_checkpoint_partitions()  # at start: nothing to compare yet
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
     consumer.list_topics = lambda **_: _metadata(audio_chunks=24, asr_checkpoints=12)  # type: ignore[attr-defined]
     with pytest.raises(InfrastructureError, match=r"has 12 partitions but audio\.chunks has 24"):
-        worker._on_assign(consumer, [TopicPartition("audio.chunks", 3)])
+        worker._handover.on_assign(consumer, [TopicPartition("audio.chunks", 3)])
 
 
 def test_the_transactional_producer_is_served_at_every_iteration() -> None:
@@ -405,14 +414,16 @@ def test_a_partition_beyond_the_checkpoint_partitions_stops_the_worker_before_it
     # audio.chunks raised to 16 while running, asr.checkpoints left at 12: partition 13 could
     # never be checkpointed (nor restored by a takeover).
     worker, _ = _worker(ManualClock(1_000_000))
-    consumer = worker._consumer = _StickyPauseConsumer()
+    consumer = worker._clients.consumer = _StickyPauseConsumer()
     consumer.list_topics = lambda **_: _metadata(audio_chunks=12, asr_checkpoints=12)  # type: ignore[attr-defined]
-    worker._check_checkpoint_partitions()
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._handover.check_checkpoint_partitions()
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
     consumer.list_topics = lambda **_: _metadata(audio_chunks=16, asr_checkpoints=12)  # type: ignore[attr-defined]
     with pytest.raises(InfrastructureError, match=r"has 12 partitions but audio\.chunks has 16"):
-        worker._on_assign(consumer, [TopicPartition("audio.chunks", 13)])
-    assert 13 not in worker._book.partitions
+        worker._handover.on_assign(consumer, [TopicPartition("audio.chunks", 13)])
+    assert 13 not in worker._streams.book.partitions
     consumer.list_topics = lambda **_: _metadata(audio_chunks=16, asr_checkpoints=16)  # type: ignore[attr-defined]
-    worker._on_assign(consumer, [TopicPartition("audio.chunks", 13)])  # raised together: fine
-    assert 13 in worker._book.partitions
+    worker._handover.on_assign(
+        consumer, [TopicPartition("audio.chunks", 13)]
+    )  # raised together: fine
+    assert 13 in worker._streams.book.partitions

@@ -20,11 +20,11 @@ from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.contracts.audio_chunk import AudioChunk, Encoding, encode_chunk
 from pipeline.errors import InfrastructureError
-from pipeline.runtime.kafka import DEAD_LETTER_MAX_VALUE_BYTES
 from pipeline.runtime.metrics import Dependency, WorkerMetrics
-from pipeline.runtime.worker import LOOP_STALL_S, AsrWorker
 from pipeline.settings import Settings, WorkerSettings
 from pipeline.worker.checkpoint import decode_checkpoint, encode_key
+from pipeline.worker.dead_letter import DEAD_LETTER_MAX_VALUE_BYTES
+from pipeline.worker.loop import LOOP_STALL_S, AsrWorker
 from pipeline.worker.progress import PartitionProgress
 
 RETENTION_MS = 60_000
@@ -200,8 +200,12 @@ def _worker(
     metrics = WorkerMetrics(registry or CollectorRegistry())
     asr = AsrWorker(settings, engine, metrics=metrics, clock=clock)
     producer = _Producer()
-    asr._tx, asr._consumer, asr._partials = producer, _Consumer(), _Partials()
-    asr._book.add(PartitionProgress(0))
+    asr._clients.transactional, asr._clients.consumer, asr._clients.partials = (
+        producer,
+        _Consumer(),
+        _Partials(),
+    )
+    asr._streams.book.add(PartitionProgress(0))
     asr.status.assigned = frozenset({0})
     return asr, producer
 
@@ -211,10 +215,10 @@ def _takeover(
 ) -> tuple[AsrWorker, _Producer]:
     """A second worker that restores partition 0 from what ``dead`` committed."""
     survivor, producer = _worker(clock, vad, **worker)
-    survivor._consumer.offsets = dead.offsets
-    survivor._read_checkpoints = lambda partitions: _committed_checkpoints(dead)  # type: ignore[method-assign]
-    survivor._forget([0])
-    survivor._restore([0])
+    survivor._clients.consumer.offsets = dead.offsets
+    survivor._handover.read_checkpoints = lambda partitions: _committed_checkpoints(dead)  # type: ignore[method-assign]
+    survivor._streams.forget([0])
+    survivor._handover.restore([0])
     return survivor, producer
 
 
@@ -254,7 +258,7 @@ def _run(worker: AsrWorker, messages: list[_Message]) -> None:
         worker._handle(message)
     for _ in range(3):
         for output in worker._engine.step():
-            worker._route(output)
+            worker._router.route(output)
     worker._commit()
 
 
@@ -266,20 +270,20 @@ def test_an_ended_call_is_remembered_for_the_retention_then_forgotten_with_its_c
     clock = ManualClock(1_000_000)
     worker, producer = _worker(clock)
     _run(worker, [_chunk("c1", seq, seq, end=seq == 4) for seq in range(5)])
-    assert worker._admission.known_sessions == 1
-    assert worker._admission.open_sessions == 0
-    ended_key = encode_key(next(iter(worker._book.ended)))
+    assert worker._streams.admission.known_sessions == 1
+    assert worker._streams.admission.open_sessions == 0
+    ended_key = encode_key(next(iter(worker._streams.book.ended)))
     assert any(key == ended_key and value for key, value in _checkpoints(producer))
 
     clock.advance(RETENTION_MS - 1)  # a late chunk within the retention: refused
     _run(worker, [_chunk("c1", 5, 5)])
     assert worker.status.dead_letters == 1
-    assert worker._admission.known_sessions == 1
+    assert worker._streams.admission.known_sessions == 1
 
     clock.advance(1)
     _run(worker, [])
-    assert worker._admission.known_sessions == 0
-    assert not worker._book.ended
+    assert worker._streams.admission.known_sessions == 0
+    assert not worker._streams.book.ended
     assert _checkpoints(producer)[-1] == (ended_key, None)  # a tombstone: compaction drops it
 
 
@@ -287,8 +291,8 @@ def test_refused_chunks_leave_no_bookkeeping_behind() -> None:
     worker, _ = _worker(ManualClock(1_000_000), max_open_sessions=1)
     _run(worker, [_chunk(f"call-{n}", 0, n) for n in range(50)])
     assert worker.status.dead_letters == 49  # too_many_sessions
-    assert len(worker._book.partitions[0].sessions) == 1
-    assert worker._admission.known_sessions == 1
+    assert len(worker._streams.book.partitions[0].sessions) == 1
+    assert worker._streams.admission.known_sessions == 1
 
 
 def test_a_dead_letter_too_big_for_any_transaction_is_cut_and_says_so() -> None:
@@ -301,7 +305,7 @@ def test_a_dead_letter_too_big_for_any_transaction_is_cut_and_says_so() -> None:
     value, headers = dead[0]
     assert value == huge[:DEAD_LETTER_MAX_VALUE_BYTES]
     assert dict(headers)["dlq-truncated-from-bytes"] == str(len(huge)).encode()
-    assert worker._admission.open_sessions == 1  # the good chunk after it went through
+    assert worker._streams.admission.open_sessions == 1  # the good chunk after it went through
 
 
 class _UnreadableHeaders(_Message):
@@ -333,7 +337,7 @@ def test_a_record_whose_headers_cannot_be_read_is_dead_lettered_not_a_crash() ->
     assert all(name.startswith("dlq-") for name, _ in headers)
     labels = {"reason": "unreadable_headers"}
     assert registry.get_sample_value("asr_dlq_total", labels) == 1
-    assert worker._admission.open_sessions == 1  # the good chunk after it went through
+    assert worker._streams.admission.open_sessions == 1  # the good chunk after it went through
 
 
 def test_a_dead_letter_with_a_huge_key_or_headers_is_cut_to_fit() -> None:
@@ -371,7 +375,13 @@ def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
     assert len(worker._engine.due_partials()) == 3
     # Five loop iterations while thinning, without decoding: every other one sheds partials,
     # and the same three partials wait throughout.
-    assert [worker._partials_this_step() for _ in range(5)] == [False, True, False, True, False]
+    assert [worker._pacing.partials_this_step() for _ in range(5)] == [
+        False,
+        True,
+        False,
+        True,
+        False,
+    ]
     assert worker.status.thinning
     assert registry.get_sample_value("asr_partials_thinned_total") == 3
 
@@ -390,7 +400,7 @@ def test_many_speaking_callers_get_thinned_partials_and_are_never_paused_for_the
     # pause would last until the idle timeout ended every call).
     clock = ManualClock(1_000_000)
     worker, producer = _worker(clock, _Speech(), max_pending_jobs=4, max_step_jobs=2)
-    consumer = worker._consumer
+    consumer = worker._clients.consumer
     consumer.queue = _speaking(6, 4)
     worker._worker = dataclasses.replace(worker._worker, poll_batch=30)
     for _ in range(400):
@@ -401,7 +411,7 @@ def test_many_speaking_callers_get_thinned_partials_and_are_never_paused_for_the
     assert not consumer.queue
     assert consumer.pauses == 0
     assert "partials_thinned" in _types(producer)
-    assert worker._partials.sent > 20
+    assert worker._clients.partials.sent > 20
     assert "session_ended" not in _types(producer)
     assert worker.status.dead_letters == 0
 
@@ -409,7 +419,7 @@ def test_many_speaking_callers_get_thinned_partials_and_are_never_paused_for_the
 def test_a_paused_or_stalled_worker_does_not_take_silence_for_hang_ups() -> None:
     clock = ManualClock(1_000_000)
     worker, producer = _worker(clock)
-    worker._consumer.queue = _speaking(2, 1)
+    worker._clients.consumer.queue = _speaking(2, 1)
     worker._iteration()
     clock.advance(60_000)  # the loop stalls for a minute (commit retries, say)
     worker._iteration()
@@ -424,8 +434,9 @@ def test_a_paused_or_stalled_worker_does_not_take_silence_for_hang_ups() -> None
     assert not worker.status.paused
     worker._commit()
     assert "session_ended" not in _types(producer)
-    for _ in range(30):  # 30 s of fetching without a chunk: now they are idle
+    for seq in range(30):  # 30 s of another call's audio without a chunk of theirs: idle now
         clock.advance(1_100)
+        worker._clients.consumer.queue = [_chunk("other", seq, 100 + seq)]
         worker._iteration()
     worker._commit()
     assert _types(producer).count("session_ended") == 2
@@ -437,7 +448,7 @@ def test_a_broker_outage_is_not_taken_for_silence() -> None:
     # after it was dead-lettered as call_already_ended.
     clock = ManualClock(1_000_000)
     worker, producer = _worker(clock)
-    worker._consumer.queue = _speaking(2, 1)
+    worker._clients.consumer.queue = _speaking(2, 1)
     worker._iteration()
     worker._on_consumer_error(KafkaError(KafkaError._ALL_BROKERS_DOWN, "all brokers down"))
     worker._commit = lambda: None  # type: ignore[method-assign]  # no broker to commit to
@@ -447,10 +458,11 @@ def test_a_broker_outage_is_not_taken_for_silence() -> None:
     assert {key.call_id for key in worker._engine.sessions} == {"call-0", "call-1"}
     assert not any(session.end_pending for session in worker._engine.sessions.values())
     del worker._commit
-    worker._consumer.queue = [_chunk("other", seq, 1000 + seq) for seq in range(50)]
+    worker._clients.consumer.queue = [_chunk("other", seq, 1000 + seq) for seq in range(50)]
     worker._iteration()  # a broker again: records flow (another call's)
-    for _ in range(30):  # then 30 s of fetching without a chunk of theirs: now they are idle
+    for seq in range(50, 80):  # then 30 s of its audio without a chunk of theirs: idle now
         clock.advance(1_100)
+        worker._clients.consumer.queue = [_chunk("other", seq, 1000 + seq)]
         worker._iteration()
     worker._commit()
     ended = {
@@ -461,16 +473,38 @@ def test_a_broker_outage_is_not_taken_for_silence() -> None:
     assert {"call-0", "call-1"} <= ended
 
 
+def test_a_publisher_cut_off_longer_than_the_idle_timeout_closes_no_call() -> None:
+    # Found by bench/chaos.py: after broker restarts on a loaded machine the publisher's
+    # records stopped for 33 s of the worker's fetching (its producer waiting for the
+    # coordinator) while the worker fetched fine; the 30 s idle timeout closed both calls of
+    # the partition, and their audio, delivered a moment later, was refused as after their end.
+    clock = ManualClock(1_000_000)
+    worker, producer = _worker(clock)
+    worker._clients.consumer.queue = _speaking(2, 1)
+    worker._iteration()
+    for _ in range(60):  # a minute of fetching, nothing delivered on the partition
+        clock.advance(1_000)
+        worker._iteration()
+    worker._clients.consumer.queue = [
+        _chunk(f"call-{n}", seq, 100 + 2 * seq + n) for seq in range(50, 100) for n in range(2)
+    ]
+    worker._iteration()  # the audio they sent meanwhile arrives
+    worker._commit()
+    assert "session_ended" not in _types(producer)
+    assert worker.status.dead_letters == 0
+    assert worker._streams.admission.state(("call-1", "mono")).next_seq == 100  # type: ignore[union-attr]
+
+
 def test_a_session_restored_by_a_takeover_is_closed_when_its_caller_is_gone() -> None:
     # The publisher died without end-of-stream; the owner checkpointed the quiet session and
     # died too. The survivor gets no chunk of it, ever: the idle timeout still ends it.
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock)
-    first._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    first._clients.consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
     first._iteration()
     first._commit()
     survivor, producer = _takeover(clock, committed)
-    for _ in range(40):
+    for _ in range(310):  # the partition delivers nothing: the quiet-partition timeout ends it
         clock.advance(1_000)
         survivor._iteration()
     survivor._commit()
@@ -484,15 +518,15 @@ def test_a_partition_not_fetched_yet_keeps_its_handled_offset() -> None:
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock)
     bad = _Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 5)
-    first._consumer.queue = [*(_chunk("c1", seq, seq) for seq in range(5)), bad]
+    first._clients.consumer.queue = [*(_chunk("c1", seq, seq) for seq in range(5)), bad]
     first._iteration()
     first._commit()
-    assert first._book.partitions[0].handled_through == 5
+    assert first._streams.book.partitions[0].handled_through == 5
     survivor, producer = _takeover(clock, committed)
     clock.advance(2_000)
     survivor._iteration()  # nothing fetched yet; a commit is due
-    assert survivor._book.partitions[0].handled_through == 5
-    survivor._consumer.queue = [bad]  # replayed from the committed offset
+    assert survivor._streams.book.partitions[0].handled_through == 5
+    survivor._clients.consumer.queue = [bad]  # replayed from the committed offset
     survivor._iteration()
     survivor._commit()
     assert not any("dlq" in topic for topic, *_ in producer.committed)
@@ -503,9 +537,9 @@ def test_a_loop_that_stops_iterating_is_reported_stalled(monkeypatch: Any) -> No
     assert worker.stalled() is None  # not running yet: loading is not a stall
     worker.status.running = True
     worker.status.last_progress_s = 1000.0
-    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1000.0 + LOOP_STALL_S)
+    monkeypatch.setattr("pipeline.worker.loop.time.monotonic", lambda: 1000.0 + LOOP_STALL_S)
     assert worker.stalled() is None
-    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: 1001.0 + LOOP_STALL_S)
+    monkeypatch.setattr("pipeline.worker.loop.time.monotonic", lambda: 1001.0 + LOOP_STALL_S)
     assert "no progress for 361 s" in (worker.stalled() or "")
 
 
@@ -515,7 +549,7 @@ def test_an_ended_call_is_not_forgotten_while_a_replay_would_still_read_it() -> 
     # would let a replay from that offset take X for a new call and publish its finals again.
     clock = ManualClock(1_000_000)
     worker, producer = _worker(clock, EnergyVad())
-    worker._consumer.queue = [
+    worker._clients.consumer.queue = [
         _chunk(call, seq, 2 * seq + index, loud=call == "L" or seq < 50, end=seq == 149)
         for seq in range(150)
         for index, call in enumerate(("L", "X"))
@@ -525,18 +559,18 @@ def test_an_ended_call_is_not_forgotten_while_a_replay_would_still_read_it() -> 
         worker._iteration()
         clock.advance(100)
     x = SessionKey("X", "mono")
-    assert x in worker._book.ended
+    assert x in worker._streams.book.ended
     clock.advance(RETENTION_MS)
     worker._commit()
-    assert worker._book.partitions[0].low_watermark() == 0  # L still needs its first record
-    assert x in worker._book.ended
+    assert worker._streams.book.partitions[0].low_watermark() == 0  # L still needs its first record
+    assert x in worker._streams.book.ended
     assert (encode_key(x), None) not in _checkpoints(producer)
 
-    worker._consumer.queue = [_chunk("L", 149, 298, end=True)]  # L ends: nothing is needed
+    worker._clients.consumer.queue = [_chunk("L", 149, 298, end=True)]  # L ends: nothing is needed
     for _ in range(3):
         worker._iteration()
     worker._commit()
-    assert x not in worker._book.ended
+    assert x not in worker._streams.book.ended
     assert (encode_key(x), None) in _checkpoints(producer)
 
 
@@ -556,7 +590,7 @@ def _takeover_of_an_unusable_snapshot(clock: ManualClock) -> tuple[AsrWorker, _P
     """A survivor of an owner that heard 10 chunks of c1 and snapshotted them, the snapshot
     damaged so that the survivor's VAD cannot import it (c1 resumes cold)."""
     first, committed = _worker(clock, _PickyVad())
-    first._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    first._clients.consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
     first._iteration()
     first._commit()
     damaged = []
@@ -575,7 +609,7 @@ def test_a_snapshot_the_engine_cannot_use_is_replayed_instead_of_stopping_the_wo
     clock = ManualClock(1_000_000)
     survivor, _ = _takeover_of_an_unusable_snapshot(clock)
     assert SessionKey("c1", "mono") not in survivor._engine.sessions  # replayed, not restored
-    survivor._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10, 20)]
+    survivor._clients.consumer.queue = [_chunk("c1", seq, seq) for seq in range(10, 20)]
     survivor._iteration()
     assert SessionKey("c1", "mono") in survivor._engine.sessions
 
@@ -586,7 +620,7 @@ def test_a_call_resumed_cold_whose_caller_is_gone_is_still_closed_with_its_whole
     # session_ended also counted only the audio heard after the resume.
     clock = ManualClock(1_000_000)
     survivor, producer = _takeover_of_an_unusable_snapshot(clock)
-    for _ in range(40):  # 40 s of fetching, past the 30 s idle timeout; no chunk of c1
+    for _ in range(310):  # past the 5 min quiet-partition timeout; no record at all
         clock.advance(1_000)
         survivor._iteration()
     survivor._commit()
@@ -596,8 +630,8 @@ def test_a_call_resumed_cold_whose_caller_is_gone_is_still_closed_with_its_whole
         if "events" in topic and orjson.loads(value)["type"] == "session_ended"
     ]
     assert [event["detail"]["duration_ms"] for event in ended] == [200]  # the 10 chunks before
-    assert SessionKey("c1", "mono") not in survivor._book.partitions[0].sessions
-    assert survivor._admission.open_sessions == 0
+    assert SessionKey("c1", "mono") not in survivor._streams.book.partitions[0].sessions
+    assert survivor._streams.admission.open_sessions == 0
 
 
 def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> None:
@@ -605,7 +639,7 @@ def test_lost_partitions_drop_their_output_but_not_the_workers_own_events() -> N
     worker._handle(_chunk("c1", 0, 0))  # stages session_started (of partition 0)
     worker.notify_dependency(Dependency.REDIS, up=False, detail="connection refused")
     worker._drain_notices()
-    worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
+    worker._handover.on_lost(worker._clients.consumer, [TopicPartition("audio.chunks", 0)])
     worker._commit()
     assert _types(producer) == ["dependency_down", "partitions_lost"]
 
@@ -616,18 +650,20 @@ def test_a_takeover_at_its_session_limit_still_replays_the_calls_the_dead_owner_
     # through, and L's next record too, not vanish (a replayed refusal is not dead-lettered).
     clock = ManualClock(1_000_000)
     first, committed = _worker(clock, _Speech())
-    first._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(10)]
+    first._clients.consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(10)]
     first._iteration()
     first._commit()
-    assert first._book.partitions[0].handled_through == 9
+    assert first._streams.book.partitions[0].handled_through == 9
     survivor, producer = _takeover(clock, committed, _Speech(), max_open_sessions=1)
-    assert survivor._admission.decide(("own", "mono"), 0, 20.0, False).verdict.value == "admit"
-    survivor._consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(11)]
+    assert (
+        survivor._streams.admission.decide(("own", "mono"), 0, 20.0, False).verdict.value == "admit"
+    )
+    survivor._clients.consumer.queue = [_chunk("L", seq, seq, loud=True) for seq in range(11)]
     survivor._iteration()
     survivor._commit()
     assert SessionKey("L", "mono") in survivor._engine.sessions
-    assert survivor._admission.state(("L", "mono")) is not None
-    assert survivor._admission.state(("L", "mono")).next_seq == 11  # type: ignore[union-attr]
+    assert survivor._streams.admission.state(("L", "mono")) is not None
+    assert survivor._streams.admission.state(("L", "mono")).next_seq == 11  # type: ignore[union-attr]
     assert not any("dlq" in topic for topic, *_ in producer.committed)
 
 
@@ -651,12 +687,12 @@ class _FailingOnce(_Producer):
 def test_chunks_handled_again_after_a_rewind_are_counted_once() -> None:
     registry = CollectorRegistry()
     worker, _ = _worker(ManualClock(1_000_000), registry=registry)
-    worker._tx = producer = _FailingOnce()
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
-    worker._consumer.committed = lambda partitions, timeout: [  # nothing committed yet
+    worker._clients.transactional = producer = _FailingOnce()
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._clients.consumer.committed = lambda partitions, timeout: [  # nothing committed yet
         TopicPartition("audio.chunks", 0, -1001)
     ]
-    worker._consumer.seek = lambda tp: None
+    worker._clients.consumer.seek = lambda tp: None
     bad = _Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 3)
     records = [*(_chunk("c1", seq, seq) for seq in range(3)), bad]
     _run(worker, records)  # the commit fails: the worker rewinds to the committed offsets
@@ -693,9 +729,9 @@ def test_a_rewind_restores_the_committed_checkpoints_and_resumes_at_their_offset
     clock = ManualClock(1_000_000)
     worker, _ = _worker(clock, EnergyVad())
     worker._engine._recognizer = _Hello()  # type: ignore[assignment]
-    worker._tx = producer = _FailingSecond()
-    worker._consumer.offsets = producer.offsets
-    worker._read_checkpoints = lambda partitions: _committed_checkpoints(producer)  # type: ignore[method-assign]
+    worker._clients.transactional = producer = _FailingSecond()
+    worker._clients.consumer.offsets = producer.offsets
+    worker._handover.read_checkpoints = lambda partitions: _committed_checkpoints(producer)  # type: ignore[method-assign]
 
     def utterance(first: int) -> list[_Message]:
         return [_chunk("c1", s, s, loud=s < first + 50) for s in range(first, first + 110)]
@@ -704,7 +740,7 @@ def test_a_rewind_restores_the_committed_checkpoints_and_resumes_at_their_offset
     committed = producer.offsets[0]
     assert committed > 0
     _run(worker, utterance(110))  # its commit fails: the worker rewinds
-    assert worker._consumer.sought == [(0, committed)]
+    assert worker._clients.consumer.sought == [(0, committed)]
     _run(worker, [m for m in [*utterance(0), *utterance(110)] if m.offset() >= committed])
     finals = [
         orjson.loads(value)["utterance_index"]
@@ -721,7 +757,7 @@ def test_a_recovery_longer_than_the_stall_limit_is_no_stall_while_its_calls_retu
     # minutes of retries; together they outlast LOOP_STALL_S, and /healthz must not restart a
     # worker that is recovering.
     now = [1000.0]
-    monkeypatch.setattr("pipeline.runtime.worker.time.monotonic", lambda: now[0])
+    monkeypatch.setattr("pipeline.worker.loop.time.monotonic", lambda: now[0])
     worker, _ = _worker(ManualClock(1_000_000))
     worker.status.running = True
     worker.status.last_progress_s = now[0]
@@ -739,10 +775,10 @@ def test_a_recovery_longer_than_the_stall_limit_is_no_stall_while_its_calls_retu
         seen.append(worker.stalled())
         return [TopicPartition("audio.chunks", 0, -1001)]
 
-    worker._tx = _SlowAbort()
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
-    worker._consumer.committed = committed
-    worker._consumer.seek = lambda tp: None
+    worker._clients.transactional = _SlowAbort()
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._clients.consumer.committed = committed
+    worker._clients.consumer.seek = lambda tp: None
     worker._handle(_chunk("c1", 0, 0))
     worker._commit()
     assert seen == [None]  # 1.2 × LOOP_STALL_S into the commit, the abort returned 0.6 ago
@@ -769,8 +805,8 @@ def test_after_sigterm_every_kafka_call_gets_only_what_is_left_of_the_shutdown_b
     # A commit that starts after SIGTERM must not take the running worker's 30 s per call:
     # the pod's grace period would run out first. The bound runs from the signal.
     worker, _ = _worker(ManualClock(1_000_000), shutdown_timeout_ms=2_000)
-    worker._tx = producer = _Timed()
-    worker._consumer.close = lambda: None
+    worker._clients.transactional = producer = _Timed()
+    worker._clients.consumer.close = lambda: None
     _run(worker, [_chunk("c1", seq, seq) for seq in range(3)])
     assert producer.timeouts
     # While running: what is left of the commit's budget, a second short of the broker's
@@ -788,7 +824,7 @@ def test_the_vad_time_of_a_step_is_observed_when_it_had_frames() -> None:
     registry = CollectorRegistry()
     worker, _ = _worker(ManualClock(1_000_000), registry=registry)
     vad = {"kind": "vad"}
-    worker._consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
+    worker._clients.consumer.queue = [_chunk("c1", seq, seq) for seq in range(10)]
     worker._iteration()
     assert registry.get_sample_value("asr_duration_seconds_count", vad) == 1
     worker._iteration()  # nothing new: no VAD pass, nothing observed
@@ -801,8 +837,8 @@ def test_a_shutdown_without_time_for_a_last_commit_publishes_no_partition_output
     registry = CollectorRegistry()
     worker, producer = _worker(ManualClock(1_000_000), registry=registry, shutdown_timeout_ms=0)
     # Closing the consumer revokes the partitions (the worker is closing: no commit there).
-    worker._consumer.close = lambda: worker._on_revoke(
-        worker._consumer, [TopicPartition("audio.chunks", 0)]
+    worker._clients.consumer.close = lambda: worker._handover.on_revoke(
+        worker._clients.consumer, [TopicPartition("audio.chunks", 0)]
     )
     worker._handle(_Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 0))
     worker._handle(_chunk("c1", 0, 1))
@@ -818,7 +854,7 @@ def test_lost_partitions_drop_their_pending_counts() -> None:
     registry = CollectorRegistry()
     worker, producer = _worker(ManualClock(1_000_000), registry=registry)
     worker._handle(_Message(b"c2", b"\x00\x01\x02", [("ss-version", b"99")], 0))
-    worker._on_lost(worker._consumer, [TopicPartition("audio.chunks", 0)])
+    worker._handover.on_lost(worker._clients.consumer, [TopicPartition("audio.chunks", 0)])
     worker._commit()
     assert not any("dlq" in topic for topic, *_ in producer.committed)
     assert registry.get_sample_value("asr_dlq_total", {"reason": "missing_header"}) == 0
@@ -841,11 +877,11 @@ class _Fresh(_Producer):
 
 
 def _rewinding(worker: AsrWorker) -> None:
-    worker._read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
-    worker._consumer.committed = lambda partitions, timeout: [
+    worker._handover.read_checkpoints = lambda partitions: {}  # type: ignore[method-assign]
+    worker._clients.consumer.committed = lambda partitions, timeout: [
         TopicPartition("audio.chunks", 0, -1001)
     ]
-    worker._consumer.seek = lambda tp: None
+    worker._clients.consumer.seek = lambda tp: None
 
 
 def test_a_producer_a_broker_restart_left_in_a_fatal_state_is_replaced_not_fatal() -> None:
@@ -854,13 +890,13 @@ def test_a_producer_a_broker_restart_left_in_a_fatal_state_is_replaced_not_fatal
     # transactional id recovers, as for a stuck call.
     registry = CollectorRegistry()
     worker, _ = _worker(ManualClock(1_000_000), registry=registry)
-    worker._tx = _AbortFails(KafkaError.INVALID_TXN_STATE)
+    worker._clients.transactional = _AbortFails(KafkaError.INVALID_TXN_STATE)
     replacement = _Fresh()
-    worker._transactional_producer = lambda: replacement  # type: ignore[method-assign]
+    worker._clients.new_transactional = lambda: replacement  # type: ignore[method-assign]
     _rewinding(worker)
     records = [_chunk("c1", seq, seq, end=seq == 2) for seq in range(3)]
     _run(worker, records)  # the commit fails, the abort fails: replaced and rewound
-    assert worker._tx is replacement
+    assert worker._clients.transactional is replacement
     assert registry.get_sample_value("asr_transaction_rewinds_total", {"cause": "fatal"}) == 1
     _run(worker, records)  # the replay goes through the new producer
     assert "session_ended" in _types(replacement)
@@ -868,7 +904,7 @@ def test_a_producer_a_broker_restart_left_in_a_fatal_state_is_replaced_not_fatal
 
 def test_a_fenced_worker_stops() -> None:
     worker, _ = _worker(ManualClock(1_000_000))
-    worker._tx = _AbortFails(KafkaError.PRODUCER_FENCED)
+    worker._clients.transactional = _AbortFails(KafkaError.PRODUCER_FENCED)
     _rewinding(worker)
     with pytest.raises(InfrastructureError, match="fatal"):
         _run(worker, [_chunk("c1", 0, 0)])
@@ -903,11 +939,58 @@ def test_a_sigterm_during_the_recovery_of_a_failed_commit_bounds_the_recovery() 
     # The recovery (abort, a new producer, the committed offsets) retried for up to 120 s per
     # call, ignoring the shutdown bound: a SIGTERM in a Kafka outage outlived the pod's grace.
     worker, _ = _worker(ManualClock(1_000_000), shutdown_timeout_ms=300)
-    worker._tx = producer = _DownDuringRecovery(worker)
-    worker._transactional_producer = lambda: _NeverInits(producer.timeouts)  # type: ignore[method-assign]
+    worker._clients.transactional = producer = _DownDuringRecovery(worker)
+    worker._clients.new_transactional = lambda: _NeverInits(producer.timeouts)  # type: ignore[method-assign]
     _rewinding(worker)
     worker._handle(_chunk("c1", 0, 0))
     with pytest.raises(InfrastructureError, match="cannot restart Kafka transactions"):
         worker._commit()
     assert producer.timeouts
     assert max(producer.timeouts[1:]) <= 0.3  # after the signal: what is left of the bound
+
+
+class _RevokingDuringConsume(_Consumer):
+    """librdkafka serves a rebalance inside ``consume``: ``during`` runs there (a revoke whose
+    commit fails and rewinds), and the batch it returns still holds the records fetched from
+    the old position before the seek (``stale``); after the seek it hands out ``queue``."""
+
+    def __init__(self, offsets: dict[int, int], during: Any, stale: list[_Message]) -> None:
+        super().__init__(offsets)
+        self.during, self.stale = during, stale
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[_Message]:
+        if self.during is not None:
+            during, self.during = self.during, None
+            during()
+            return self.stale
+        return super().consume(num_messages, timeout)
+
+
+def test_records_fetched_before_a_rewind_inside_consume_are_not_handled() -> None:
+    # Found by bench/chaos.py (seed 1 lost whole turns): a revoke's commit failed inside
+    # consume() and rewound the partitions kept, but the batch consume() returned still held
+    # records from before the seek. Handled, they were admitted past a sequence gap, and the
+    # same audio delivered again from the rewound position was refused as out of order.
+    clock = ManualClock(1_000_000)
+    worker, _ = _worker(clock)
+    worker._clients.transactional = producer = _FailingSecond()
+    worker._handover.read_checkpoints = lambda partitions: _committed_checkpoints(producer)  # type: ignore[method-assign]
+    records = [_chunk("c1", seq, seq) for seq in range(20)]
+    consumer = _RevokingDuringConsume(
+        producer.offsets,
+        during=lambda: (worker._handle(records[10]), worker._commit()),  # fails: a rewind
+        stale=records[11:15],
+    )
+    worker._clients.consumer = consumer
+    _run(worker, records[:10])
+    assert producer.offsets[0] == 10
+    worker._iteration()
+    assert (0, 10) in consumer.sought
+    consumer.queue = records[10:]  # what the rewound position hands out
+    while consumer.queue:
+        worker._iteration()
+    worker._commit()
+    types = _types(producer)
+    assert "sequence_gap" not in types
+    assert not any("dlq" in topic for topic, *_ in producer.committed)
+    assert worker._streams.admission.state(("c1", "mono")).next_seq == 20  # type: ignore[union-attr]
