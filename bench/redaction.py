@@ -16,6 +16,15 @@ Whisper writes:
   ``4539-1488-…`` glued as its words are, digit by digit as numerals, as number words with
   ``oh``/``double``), the label being the words of the value.
 
+- **misheard finals**: values announced by their cue (``My social security number is``,
+  ``My phone number is``, …) in the shapes tiny.en wrote from narrowband speech
+  (tests/integration/test_redaction_transcribe.py, 8 kHz voice): ``is`` heard as ``in`` and a
+  misheard stretch glued by dashes between the cue and the value (``near -rof -envate,``),
+  digits glued one by one (``1 -1 -2 -0.``), digits heard as other words inside the value
+  (``4 -1 time, time time time, 2 -6 -7 -1``), the label being the words from the value's
+  first digit to its last; clean finals with the same cues and ordinary numbers
+  (``My phone is 2 years old.``) are added to the clean set.
+
 Every final goes through ``Redactor.final`` with policy ``pii`` (the hold off: each final is
 judged alone, a hold only joins finals). **Recall** of an entity type: labelled values whose
 words are all inside redactions of that type; **any-tag recall**: inside any redaction (what
@@ -58,6 +67,23 @@ def _card(rng: random.Random, prefix: str, length: int) -> str:
         number = next(body + c for c in "0123456789" if luhn_valid(body + c))
         if len(set(number)) >= 5:
             return number
+
+
+def _ssn(rng: random.Random) -> str:
+    while True:
+        digits = "".join(rng.choice("0123456789") for _ in range(9))
+        if (
+            digits[0] not in "9"
+            and digits[:3] not in ("000", "666")
+            and digits[3:5] != "00"
+            and digits[5:] != "0000"
+        ):
+            return digits
+
+
+def _phone(rng: random.Random) -> str:
+    area = rng.choice(["415", "212", "617", "303", "512", "206"])
+    return area + str(rng.randint(2, 9)) + "".join(rng.choice("0123456789") for _ in range(6))
 
 
 def _spoken(digits: str, rng: random.Random) -> list[str]:
@@ -145,15 +171,7 @@ def _value(entity: EntityType, rng: random.Random) -> tuple[list[str], str]:
         )
         return written, template
     if entity is E.SSN:
-        while True:
-            digits = "".join(rng.choice("0123456789") for _ in range(9))
-            if (
-                digits[0] not in "9"
-                and digits[:3] not in ("000", "666")
-                and digits[3:5] != "00"
-                and digits[5:] != "0000"
-            ):
-                break
+        digits = _ssn(rng)
         template = rng.choice(
             [
                 "My social security number is {v}.",
@@ -180,8 +198,7 @@ def _value(entity: EntityType, rng: random.Random) -> tuple[list[str], str]:
             digits, (len(digits),), rng.choice(("whole", "words", "spaced")), rng
         ), template
     if entity is E.PHONE:
-        area = rng.choice(["415", "212", "617", "303", "512", "206"])
-        digits = area + str(rng.randint(2, 9)) + "".join(rng.choice("0123456789") for _ in range(6))
+        digits = _phone(rng)
         template = rng.choice(
             [
                 "You can reach me at {v}.",
@@ -246,6 +263,72 @@ def protected_finals(rng: random.Random, per_entity: int) -> list[Labelled]:
     return finals
 
 
+CUED_TEMPLATES = {
+    E.CARD_NUMBER: "My card number is {v}.",
+    E.CVV: "The security code is {v}.",
+    E.SSN: "My social security number is {v}.",
+    E.PHONE: "My phone number is {v}.",
+    E.BANK_ACCOUNT: "My account number is {v}.",
+    E.ROUTING_NUMBER: "The routing number is {v}.",
+}
+MISHEARD_DIGITS = ("time,", "time", "fix", "to", "for", "tree", "do", "near")
+SYLLABLES = ("near", "rof", "envate", "ine", "grenade", "ofen", "mit", "un")
+
+
+def _cued_digits(entity: EntityType, rng: random.Random) -> tuple[str, tuple[int, ...]]:
+    """Digits of a value of ``entity`` and the groups a caller reads them in."""
+    if entity is E.CARD_NUMBER:
+        return _card(rng, "4", 16), (4, 4, 4, 4)
+    if entity is E.CVV:
+        return "".join(rng.choice("0123456789") for _ in range(3)), (3,)
+    if entity is E.SSN:
+        return _ssn(rng), (3, 2, 4)
+    if entity is E.PHONE:
+        return _phone(rng), (3, 3, 4)
+    if entity is E.ROUTING_NUMBER:
+        return "".join(rng.choice("0123456789") for _ in range(9)), (3, 3, 3)
+    return "".join(rng.choice("0123456789") for _ in range(10)), (5, 5)
+
+
+def _glued(digits: str, groups: Sequence[int]) -> list[str]:
+    """Digits glued one by one, groups closed by a comma: ``1 -1 -2 -0,`` (tiny.en's words for
+    digits read one by one at 8 kHz)."""
+    words: list[str] = []
+    at = 0
+    for size in groups:
+        part = digits[at : at + size]
+        at += size
+        words += [part[0], *("-" + d for d in part[1:])]
+        words[-1] += ","
+    words[-1] = words[-1].rstrip(",")
+    return words
+
+
+def misheard_finals(rng: random.Random, per_entity: int) -> list[Labelled]:
+    """Cued values as a recognizer mishears them (see the module docstring)."""
+    finals = []
+    for entity, template in CUED_TEMPLATES.items():
+        for variant in range(per_entity):
+            digits, groups = _cued_digits(entity, rng)
+            value = _glued(digits, groups) if variant % 2 else list(digits)
+            if variant % 3 != 2 and len(value) > 4:  # a digit or two heard as other words
+                at = rng.randrange(1, len(value) - 3)
+                for index in range(at, at + rng.choice((1, 2))):
+                    value[index] = rng.choice(MISHEARD_DIGITS)
+            head = template.partition("{v}")[0].split()
+            head[-1] = rng.choice(("is", "in"))
+            if variant % 3 != 1:  # a misheard stretch between the cue and the value
+                for _ in range(rng.choice((1, 2))):
+                    first, *rest = rng.sample(SYLLABLES, rng.choice((2, 3)))
+                    head += [first, *("-" + syllable for syllable in rest)]
+                    head[-1] += ","
+            value[-1] += "."
+            finals.append(
+                Labelled(tuple(head + value), entity, len(head), len(head) + len(value) - 1)
+            )
+    return finals
+
+
 ORDINARY = (
     "I ordered {n} items last week and only {m} arrived.",
     "Order {n} was placed on the {d}th.",
@@ -262,6 +345,13 @@ ORDINARY = (
     "My account has been charged {w} times for {n} dollars.",
     "Can you call me back in {n} minutes?",
     "The package weighed {p} kilos.",
+    "My phone is {m} years old.",
+    "My phone broke {w} times, the screen {n} days ago.",
+    "I changed my phone number {m} weeks ago.",
+    "What is your phone number?",
+    "The security code did not work, I tried {w} times.",
+    "My social worker comes {w} times a week.",
+    "My card number changed when the card expired {m} months ago.",
 )
 
 
@@ -388,20 +478,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     rng = random.Random(args.seed)
     protected = protected_finals(rng, per_entity)
     clean = clean_finals(rng, per_entity * 2)
+    misheard = misheard_finals(rng, per_entity // 2)
     redactor = Redactor(RedactorConfig(TenantPolicies(PII), hold_ms=0))
     quality = evaluate(redactor, [*protected, *clean], time.perf_counter)
-    spent = cost(redactor, [*protected, *clean], repeats=1 if args.quick else 3)
-    rows = []
-    for name, stats in quality["per_entity"].items():  # type: ignore[union-attr]
-        rows.append(
-            [
-                name,
-                stats["values"],
-                _pct(stats["recall"]),
-                _pct(stats["any_tag_recall"]),
-                _pct(stats["precision"]),
-            ]
-        )
+    misheard_quality = evaluate(redactor, misheard, time.perf_counter)
+    spent = cost(redactor, [*protected, *clean, *misheard], repeats=1 if args.quick else 3)
+    rows = _rows(quality)
+    misheard_rows = [row for row in _rows(misheard_quality) if row[1]]
     wall = spent["wall_ms"]  # type: ignore[index]
     targets = [
         Target(
@@ -418,6 +501,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stats["recall"]  # type: ignore[index]
                 for name, stats in quality["per_entity"].items()  # type: ignore[union-attr]
                 if name not in ("card_number", "ssn")
+            ),
+            0.95,
+            "",
+            higher_is_better=True,
+        ),
+        Target(
+            "recall, misheard cued values (lowest type)",
+            min(
+                stats["recall"]  # type: ignore[index]
+                for stats in misheard_quality["per_entity"].values()  # type: ignore[union-attr]
+                if stats["values"]  # type: ignore[index]
             ),
             0.95,
             "",
@@ -442,6 +536,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Finals without protected values left unchanged: {quality['clean_unchanged']} of "
         f"{quality['clean_finals']} ({_pct(quality['clean_precision'])}); false redactions by "
         f"type: {quality['false_redactions_on_clean'] or 'none'}.\n\n"
+        f"{len(misheard)} finals with a value announced by its cue, as a recognizer mishears "
+        "it (a misheard stretch before the value, digits glued one by one, digits heard as "
+        "other words):\n\n"
+        + markdown_table(
+            ["entity", "values", "recall", "any-tag recall", "precision"], misheard_rows
+        )
+        + "\n\n"
         f"Cost of `Redactor.final` per final ({spent['finals']} calls, "
         f"{spent['mean_words_per_final']} words on average, one thread): wall P50 "
         f"{wall['p50']:.3f} ms, P95 {wall['p95']:.3f} ms, max {wall['max']:.3f} ms; CPU "
@@ -451,14 +552,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "redaction",
         quick=args.quick,
         config={"per_entity": per_entity, "seed": args.seed, "policy": "pii"},
-        results={"quality": quality, "cost": spent},
+        results={"quality": quality, "misheard": misheard_quality, "cost": spent},
         markdown=markdown,
         targets=targets,
         notes=[
             "The labelled set is generated from templates that use the keywords the detectors "
             "know, so its recall is an upper bound; recognizer errors (a dropped digit, a "
             "misheard keyword) are what the integration test on synthesized speech "
-            "(tests/integration/test_redaction_transcribe.py) exercises.",
+            "(tests/integration/test_redaction_transcribe.py) exercises. The misheard set "
+            "copies the shapes tiny.en wrote in one run of that test at 8 kHz: it shows "
+            "those shapes are caught, not the recall on real narrowband calls.",
             "Cost: the detectors only, on the same CPU as the rest of the worker; finals held "
             "for an unfinished number wait for the next final on top (bounded by "
             "STREAMSCRIBE_REDACTION_HOLD_MS of audio).",
@@ -468,6 +571,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(markdown)
     return 0
+
+
+def _rows(quality: dict[str, object]) -> list[list[object]]:
+    return [
+        [
+            name,
+            stats["values"],
+            _pct(stats["recall"]),
+            _pct(stats["any_tag_recall"]),
+            _pct(stats["precision"]),
+        ]
+        for name, stats in quality["per_entity"].items()  # type: ignore[attr-defined]
+    ]
 
 
 def _pct(value: object) -> str:

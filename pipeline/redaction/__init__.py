@@ -7,8 +7,9 @@ redacted records. In flow order:
 - ``policy``: ``off``, ``pci``, ``pii`` or a list of entity types, per tenant
   (``TenantPolicies``, from ``RedactionSettings`` through ``RedactorConfig.from_settings``);
 - ``numbers``: digit runs in the words Whisper writes (numerals, grouped digits, number words);
-- ``context``, ``detectors``, ``emails``, ``dates``, ``phones``: which words spell which
-  entity type (``find_entities``);
+- ``context``, ``cued``, ``detectors``, ``emails``, ``dates``, ``phones``: which words spell
+  which entity type (``find_entities``; ``cued``: a value announced by its cue, however the
+  recognizer wrote its digits);
 - ``apply``: tags in a final's text and words, its ``redactions`` (entity type and audio span);
   partials and free text masked;
 - ``stage``: ``Redactor``, the stage a worker, ``transcribe`` or a replay calls per final and

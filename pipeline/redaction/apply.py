@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from pipeline.contracts.messages import Final, Partial, Redaction, Word
 from pipeline.redaction.detectors import MIN_MASKED_DIGITS, find_entities
-from pipeline.redaction.numbers import digit_runs
+from pipeline.redaction.numbers import GLUE, digit_runs
 from pipeline.redaction.phones import PhoneJudge
 from pipeline.redaction.policy import Policy
 from pipeline.redaction.spans import Span
@@ -26,14 +26,21 @@ DIGITS_TAG = "[DIGITS]"
 claimed (the partial cannot know yet what it will turn out to be)."""
 
 _TRAILING_PUNCTUATION = re.compile(r"[.,!?;:…]+$")
-_GLUE = (",", ".", "-", "/", "@")
 
 
-def spans_in_policy(words: Sequence[str], policy: Policy, phones: PhoneJudge) -> list[Span]:
-    """The spans of ``words`` that ``policy`` redacts."""
+def spans_in_policy(
+    words: Sequence[str], policy: Policy, phones: PhoneJudge, *, min_cued_digits: int | None = None
+) -> list[Span]:
+    """The spans of ``words`` that ``policy`` redacts (``min_cued_digits``: see
+    ``detectors.find_entities``; its default when None)."""
     if not policy.redacting:
         return []
-    return [span for span in find_entities(words, phones) if span.entity in policy]
+    found = (
+        find_entities(words, phones)
+        if min_cued_digits is None
+        else find_entities(words, phones, min_cued_digits=min_cued_digits)
+    )
+    return [span for span in found if span.entity in policy]
 
 
 def _tagged(entity_tag: str, last_word: str) -> str:
@@ -59,7 +66,7 @@ def _joined(words: Sequence[str]) -> str:
     ``-05``, ``.com``) follows the one before without a space."""
     text = ""
     for word in words:
-        if text and not word.startswith(_GLUE):
+        if text and not word.startswith(GLUE):
             text += " "
         text += word
     return text
@@ -127,10 +134,12 @@ def redact_finals(finals: Sequence[Final], policy: Policy, phones: PhoneJudge) -
 
 
 def _masked_words(words: Sequence[str], policy: Policy, phones: PhoneJudge) -> list[str]:
-    """``words`` with each redacted value, and each other digit run of at least
-    ``MIN_MASKED_DIGITS`` digits, replaced: its first word by the tag, the rest by ``""``."""
+    """``words`` with each redacted value (a cued one of any length: what its cue announces
+    is masked from its first digit), and each other digit run of at least ``MIN_MASKED_DIGITS``
+    digits, replaced: its first word by the tag, the rest by ``""``."""
     tagged = [
-        (span.first, span.last, span.entity.tag) for span in spans_in_policy(words, policy, phones)
+        (span.first, span.last, span.entity.tag)
+        for span in spans_in_policy(words, policy, phones, min_cued_digits=1)
     ]
     taken = {index for first, last, _ in tagged for index in range(first, last + 1)}
     for run in digit_runs(words):

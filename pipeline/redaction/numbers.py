@@ -21,10 +21,12 @@ from dataclasses import dataclass
 
 __all__ = [
     "DIGIT_WORDS",
+    "GLUE",
     "DigitRun",
     "bare",
     "digit_runs",
     "luhn_valid",
+    "spoken_positions",
 ]
 
 DIGIT_WORDS: dict[str, str] = {
@@ -69,6 +71,10 @@ REPEATS = {"double": 2, "triple": 3}
 JOINERS = frozenset({"dash", "hyphen", "slash"})
 """Spoken separators that stay inside a run (``oh three slash twenty seven``)."""
 
+GLUE = (",", ".", "-", "/", "@")
+"""A word Whisper starts with one of these (``,111``, ``-05``, ``.com``, ``-rof``) is the tail of
+the word before it: it wrote no space between them."""
+
 _EDGE_PUNCTUATION = "\"'()[]{}<>“”‘’«»!?;:,.…"
 _NUMERAL = re.compile(r"[,.\-/]?\d[\d,.\-/]*")
 _DECIMAL = re.compile(r"\d+\.\d+")
@@ -78,6 +84,18 @@ _GROUP_SPLIT = re.compile(r"[,.\-/]+")
 def bare(word: str) -> str:
     """``word`` lowercased, without the punctuation around it (``"Number,"`` → ``number``)."""
     return word.strip().strip(_EDGE_PUNCTUATION).lower()
+
+
+def spoken_positions(words: Sequence[str]) -> tuple[int, ...]:
+    """For each of ``words`` (as Whisper wrote them), the index of the spoken word it is part
+    of: a word starting with ``GLUE`` belongs to the one before (``1 -1 -2 -0.`` is one)."""
+    positions: list[int] = []
+    spoken = -1
+    for index, word in enumerate(words):
+        if index == 0 or not word.startswith(GLUE):
+            spoken += 1
+        positions.append(spoken)
+    return tuple(positions)
 
 
 def luhn_valid(digits: str) -> bool:

@@ -122,6 +122,55 @@ def test_a_card_number_split_by_a_pause_is_held_then_redacted_in_both_finals() -
     assert stage.held("call-1", "customer") == ()
 
 
+def test_a_cued_number_whose_digits_go_on_in_the_next_final_is_held_and_redacted() -> None:
+    # tiny.en's words for "My phone number is 4 1 5, [pause] 5 5 5, 2 6 7 1." at 8 kHz: the
+    # first final ends in misheard digits, the next one holds the rest of the number.
+    stage = redactor("pii")
+    first = final("My phone number in 4 -1 time,", 0, 0)
+    assert stage.final(first) == []
+    second = final("time time, 2 -6 -7 -1", first.end_ms + 700, 1)
+    assert stage.final(second) == []  # not a whole phone number yet: the chain waits on
+    out = stage.advance("call-1", "customer", second.end_ms + 3001)
+    assert [o.text for o in out] == ["My phone number in [PHONE],", "[PHONE]"]
+    assert [r.entity for o in out for r in o.redactions] == [E.PHONE, E.PHONE]
+
+
+def test_a_final_ending_in_its_cue_waits_for_the_value() -> None:
+    stage = redactor("pii")
+    first = final("My social security number is.", 0, 0)
+    assert stage.final(first) == []
+    second = final("0 7 8, 0 5, 1 1 2 0.", first.end_ms + 900, 1)
+    out = stage.final(second)
+    assert [o.text for o in out] == [first.text, "[SSN]."]
+
+
+def test_the_ssn_and_phone_finals_of_the_8k_call_are_redacted_in_a_chain() -> None:
+    stage = redactor("pii")
+    ssn = final("My social security number in near -rof -envate, near -rof -ine, 1 -1 -2 -0.")
+    assert stage.final(ssn) == []  # a cued value, not whole: the rest may follow
+    phone = final("My phone number in 4 -1 time, time time time, 2 -6 -7 -1", ssn.end_ms + 680, 1)
+    assert stage.final(phone) == []
+    out = stage.flush("call-1", "customer")
+    assert [o.text for o in out] == [
+        "My social security number in near -rof -envate, near -rof -ine, [SSN].",
+        "My phone number in [PHONE]",
+    ]
+
+
+def test_partials_mask_what_a_cue_announces_before_four_digits() -> None:
+    out = redactor("pii").partial(
+        partial(
+            "My social security number in near-rofen grenade, near",
+            "-rof time, 1, 1, 2, near-rof.",
+        )
+    )
+    assert out.tentative_text == "-rof time, [SSN], near-rof."
+    out = redactor("pii").partial(
+        partial("My phone number in", "4 1 time, time, time, time, time, two...")
+    )
+    assert out.tentative_text == "[PHONE] time, time, time, time, time, two..."
+
+
 def test_a_next_final_beyond_the_hold_is_not_joined() -> None:
     stage = redactor(hold_ms=3000)
     first = final("My card number is 4111 1111", 0, 0)
