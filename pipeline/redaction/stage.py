@@ -10,7 +10,8 @@ order the engine produced it:
   channel's audio has advanced, with ``settled_ms`` = the position before which no new
   utterance of that channel can start any more (``Session.settled_ms``).
 - ``flush(call_id, channel)`` → whatever the channel holds, redacted on its own: at the end of
-  its stream, when its session is closed or dropped, before a partition is given up.
+  its stream, when its session is closed. ``drop(call_id, channel)`` forgets it unpublished,
+  when the stream is given up to be replayed (a revoked partition, a rewind).
 - ``partial(partial)``, ``text(text, tenant)`` → partials and free text (a suppressed
   hypothesis, an event detail) masked.
 
@@ -147,6 +148,11 @@ class Redactor:
         if not held:
             return []
         return redact_finals(held, self.policy_for(held[0].tenant), self._phones)
+
+    def drop(self, call_id: str, channel: str) -> None:
+        """Forget what the channel holds, unpublished: its stream is given up (a partition
+        revoked or lost, a rewind), and whoever replays it decodes the held finals again."""
+        self._held.pop((call_id, channel), None)
 
     def flush_all(self) -> list[Final]:
         """Every channel's held finals (a shutdown), channel by channel."""
