@@ -12,17 +12,29 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
-from pipeline.asr.session import Session, SessionKey
+from pipeline.asr.session import SessionKey
 from pipeline.contracts.messages import Final, Partial
 from pipeline.redaction.stage import Redactor
 
-__all__ = ["redact_outputs"]
+__all__ = ["SettlingSession", "redact_outputs"]
+
+
+class SettlingSession(Protocol):
+    """What the stage needs of an open session (``asr.session.Session``)."""
+
+    @property
+    def settled_ms(self) -> int:
+        """The position before which no new utterance of the session can start any more."""
+        ...
 
 
 def redact_outputs(
-    redactor: Redactor, outputs: Iterable[EngineOutput], sessions: Mapping[SessionKey, Session]
+    redactor: Redactor,
+    outputs: Iterable[EngineOutput],
+    sessions: Mapping[SessionKey, SettlingSession],
 ) -> list[EngineOutput]:
     """``outputs`` of one engine step as they may leave the process, in order; ``sessions``:
     the engine's open sessions after that step."""
