@@ -124,9 +124,9 @@ def engine_hypotheses(streams: dict[str, Audio]) -> tuple[dict[str, str], float]
                     end_of_stream=last >= len(samples),
                 )
         if (first // CHUNK_SAMPLES) % (STEP_EVERY_MS // CHUNK_MS) == 0:
-            _collect(engine.step(), finals)
+            _collect(engine.step().outputs, finals)
     while engine.sessions:
-        _collect(engine.step(), finals)
+        _collect(engine.step().outputs, finals)
     elapsed = time.perf_counter() - started
     texts = {
         name: " ".join(f.text for f in sorted(items, key=lambda f: f.utterance_index)).strip()

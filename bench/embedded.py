@@ -40,9 +40,9 @@ def embedded_finals(
                         end_of_stream=last >= len(samples),
                     )
         if position_ms % STEP_EVERY_MS == 0:
-            _collect(engine.step(), finals)
+            _collect(engine.step().outputs, finals)
     while engine.sessions:
-        _collect(engine.step(), finals)
+        _collect(engine.step().outputs, finals)
     return finals
 
 

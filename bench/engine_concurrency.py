@@ -214,7 +214,7 @@ def run_level(
     decode_steps = 0
     partials = finals = 0
     speech_ms = audio_ms = 0
-    early_before = (engine.early_finals_decoded, engine.early_finals_used)
+    early_decoded = early_used = 0
     cpu = CpuMeter()
     next_memory_s = t0
     drain_deadline_s: float | None = None
@@ -235,8 +235,11 @@ def run_level(
                 lateness_ms.append(1000 * (now - stream.due_s(k)))
                 next_chunk[n] += 1
         started = time.perf_counter()
-        outputs = engine.step(max_jobs=max_step_jobs)
+        report = engine.step(max_jobs=max_step_jobs)
         elapsed = time.perf_counter() - started
+        early_decoded += report.early_finals_decoded
+        early_used += report.early_finals_used
+        outputs = report.outputs
         decoded = False
         for output in outputs:
             if isinstance(output, Partial | Final):
@@ -296,8 +299,8 @@ def run_level(
         "finals": finals,
         "speech_fraction": speech_ms / audio_ms if audio_ms else None,
         "early_finals": {
-            "decoded": engine.early_finals_decoded - early_before[0],
-            "used": engine.early_finals_used - early_before[1],
+            "decoded": early_decoded,
+            "used": early_used,
         },
         "chunk_to_view_ms": percentiles(chunk_to_view_ms(views, CHUNK_MS)),
         "partial_latency_emitted_only_ms": percentiles(partial_latency_ms),

@@ -142,9 +142,9 @@ def run_streaming(clips: Sequence[FixtureClip], settings: AsrSettings) -> Stream
                     end_of_stream=last >= len(clip.samples),
                 )
         if position_ms % STEP_EVERY_MS == 0:
-            _collect(engine.step(), run)
+            _collect(engine.step().outputs, run)
     while engine.sessions:
-        _collect(engine.step(), run)
+        _collect(engine.step().outputs, run)
     return dataclasses.replace(run, wall_s=time.perf_counter() - started)
 
 

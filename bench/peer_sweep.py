@@ -98,7 +98,7 @@ from bench.peer import (
     PeerSystem,
     VadLike,
 )
-from pipeline.asr.engine import EngineOutput, StreamingEngine
+from pipeline.asr.engine import StepReport, StreamingEngine
 from pipeline.asr.factory import engine_config, whisper_settings
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import SileroVad
@@ -160,10 +160,10 @@ class _Recording(StreamingEngine):
 
     def step(
         self, max_jobs: int | None = None, *, partials: bool = True, partials_first: bool = False
-    ) -> list[EngineOutput]:
-        outputs = super().step(max_jobs, partials=partials, partials_first=partials_first)
-        self.finals.extend(output for output in outputs if isinstance(output, Final))
-        return outputs
+    ) -> StepReport:
+        report = super().step(max_jobs, partials=partials, partials_first=partials_first)
+        self.finals.extend(output for output in report.outputs if isinstance(output, Final))
+        return report
 
 
 class Streamscribe:

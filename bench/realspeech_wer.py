@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 import time
@@ -455,6 +456,60 @@ def measure(
     return config, results
 
 
+def parse_settings(items: Sequence[str]) -> dict[str, Any]:
+    """``NAME=VALUE`` items → ASR setting overrides, each value of its field's type.
+
+    Raises:
+        ValueError: an item without ``=``, or a name that is no ``AsrSettings`` field.
+    """
+    fields = {field.name: field for field in dataclasses.fields(AsrSettings)}
+    overrides: dict[str, Any] = {}
+    for item in items:
+        name, equals, text = item.partition("=")
+        if not equals or name not in fields:
+            raise ValueError(f"--setting {item!r}: not NAME=VALUE with NAME an ASR setting")
+        default = fields[name].default
+        if isinstance(default, bool):
+            overrides[name] = text.lower() in ("1", "true", "yes")
+        else:
+            overrides[name] = type(default)(text)
+    return overrides
+
+
+def carry_offline(
+    results: dict[str, Any], earlier: Mapping[str, Any], directory: Path, quick: bool
+) -> list[str]:
+    """Add the offline systems of an earlier run (``earlier``: its ``results``) to
+    ``results``: their texts per utterance, rescored, and their words on non-speech; returns
+    the systems carried. Offline decoding does not depend on the engine's settings."""
+    references = parse_refs((directory / "refs.tsv").read_text(encoding="utf-8"))
+    if quick:
+        references = quick_subset(references)
+    carried: list[str] = []
+    for band in BANDS:
+        clips = load_band(directory, references, band)
+        old_band = earlier["bands"][band.key]
+        texts_by_system: dict[str, dict[str, str]] = {}
+        for utterance in old_band["per_utterance"]:
+            for key in SYSTEMS:
+                if key != "streaming" and key in utterance:
+                    texts_by_system.setdefault(key, {})[utterance["id"]] = utterance[key]["text"]
+        walls = {key: old_band["systems"][key]["wall_s"] for key in texts_by_system}
+        streaming = results["bands"][band.key]
+        texts_by_system = {"streaming": streaming_texts(streaming), **texts_by_system}
+        walls["streaming"] = streaming["systems"]["streaming"]["wall_s"]
+        streaming.update(summarize_band(clips, texts_by_system, walls))
+        carried = [key for key in texts_by_system if key != "streaming"]
+    for key in carried:
+        if key in earlier.get("nonspeech", {}):
+            results["nonspeech"][key] = earlier["nonspeech"][key]
+    return carried
+
+
+def streaming_texts(band: Mapping[str, Any]) -> dict[str, str]:
+    return {u["id"]: u["streaming"]["text"] for u in band["per_utterance"]}
+
+
 # -- report ----------------------------------------------------------------------------------
 
 
@@ -626,6 +681,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="streaming only: the VAD threshold to try (results go to <out>/experiments/)",
     )
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="streaming only: any ASR setting to try, by its field name (e.g. "
+        "speech_start_pad_ms=250; repeatable; results go to <out>/experiments/)",
+    )
+    parser.add_argument(
+        "--offline-from",
+        type=Path,
+        default=None,
+        help="take the offline systems' texts from this earlier results JSON instead of "
+        "decoding again (they do not depend on the engine's settings); only streaming runs",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -636,7 +706,7 @@ def run(args: argparse.Namespace) -> int:
     if not (directory / "refs.tsv").is_file():
         print(f"bench: no real-speech set at {directory} (set --speech-dir or {SPEECH_DIR_ENV})")
         return 2
-    overrides = {
+    overrides: dict[str, Any] = {
         name: value
         for name, value in (
             ("speech_pad_ms", args.speech_pad_ms),
@@ -644,8 +714,19 @@ def run(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
+    try:
+        overrides.update(parse_settings(args.setting))
+    except ValueError as error:
+        print(f"bench: {error}")
+        return 2
     started = time.monotonic()
-    config, results = measure(directory, args.quick, args.threads, overrides, args.systems)
+    systems = ["streaming"] if args.offline_from else args.systems
+    config, results = measure(directory, args.quick, args.threads, overrides, systems)
+    if args.offline_from:
+        earlier = json.loads(args.offline_from.read_text(encoding="utf-8"))
+        carried = carry_offline(results, earlier["results"], directory, args.quick)
+        config["systems"].update({key: SYSTEMS[key] for key in carried})
+        config["offline_from"] = {"path": str(args.offline_from), "systems": carried}
     name = NAME + "".join(f"_{key}{value}" for key, value in overrides.items())
     body = markdown(results, config)
     write_results(

@@ -228,8 +228,12 @@ class AsrSettings:
         greater_than=0.0,
         maximum=1.0,
     )
-    speech_pad_ms: int = setting(
-        60, "SPEECH_PAD_MS", "audio kept around detected speech", minimum=0
+    speech_pad_ms: int = setting(60, "SPEECH_PAD_MS", "audio kept after detected speech", minimum=0)
+    speech_start_pad_ms: int = setting(
+        60,
+        "SPEECH_START_PAD_MS",
+        "audio kept before detected speech (pre-roll: late VAD starts clip first words)",
+        minimum=0,
     )
     endpoint_silence_ms: int = setting(
         800, "ENDPOINT_SILENCE_MS", "trailing silence that ends an utterance", minimum=1
@@ -240,6 +244,20 @@ class AsrSettings:
         "longest utterance before a cut (Whisper hears 30 s)",
         minimum=1,
         maximum=29000,
+    )
+    long_utterance_ms: int = setting(
+        0,
+        "LONG_UTTERANCE_MS",
+        "from this much speech on, a shorter pause (LONG_UTTERANCE_SILENCE_MS) ends an "
+        "utterance, so a long turn is cut between sentences; 0 = never",
+        minimum=0,
+        maximum=29000,
+    )
+    long_utterance_silence_ms: int = setting(
+        200,
+        "LONG_UTTERANCE_SILENCE_MS",
+        "trailing silence that ends an utterance longer than LONG_UTTERANCE_MS",
+        minimum=1,
     )
     tenant_endpoints: str = setting(
         "",

@@ -8,54 +8,12 @@
 #   4. stop what the demo started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-STREAMSCRIBE=.venv/bin/streamscribe
-RUN_DIR="${STREAMSCRIBE_CACHE:-$HOME/.cache/streamscribe}/demo-call"
+DEMO=demo-call
+# shellcheck source=scripts/demo_common.sh
+source scripts/demo_common.sh
 SIP_PORT="${DEMO_SIP_PORT:-5060}"
-mkdir -p "$RUN_DIR"
-export STREAMSCRIBE_METRICS_PORT="${STREAMSCRIBE_METRICS_PORT:-9400}"
-stamp="$(date +%H%M%S)"
-started_kafka=0
-started_redis=0
-pids=()
-
-cleanup() {
-  for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    wait "$pid" 2>/dev/null || true
-  done
-  if [ "$started_kafka" = 1 ]; then bash deploy/local/kafka.sh down; fi
-  if [ "$started_redis" = 1 ]; then bash deploy/local/redis.sh down; fi
-}
-trap cleanup EXIT
-
-wait_for() {  # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds
-  local what="$1" seconds="$2"
-  shift 2
-  for _ in $(seq 1 "$seconds"); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 1
-  done
-  echo "demo-call: $what did not happen in $seconds s (logs: $RUN_DIR)" >&2
-  exit 1
-}
-
-if ! bash deploy/local/kafka.sh status >/dev/null 2>&1; then
-  started_kafka=1
-  bash deploy/local/kafka.sh up
-fi
-if ! bash deploy/local/redis.sh status >/dev/null 2>&1; then
-  started_redis=1
-  bash deploy/local/redis.sh up
-fi
-$STREAMSCRIBE topics apply
-
-echo "demo-call: starting an ASR worker (log: $RUN_DIR/worker.log)"
-$STREAMSCRIBE worker --worker-id "demo-call-$stamp" >"$RUN_DIR/worker.log" 2>&1 &
-pids+=("$!")
-wait_for "the worker becoming ready" 180 \
-  curl -fs "http://127.0.0.1:$STREAMSCRIBE_METRICS_PORT/readyz"
+start_infra
+start_worker
 
 echo "demo-call: starting the ingress gateway, SIP on 127.0.0.1:$SIP_PORT (log: $RUN_DIR/ingress.log)"
 STREAMSCRIBE_INGRESS_AUTH_TOKEN="demo-$stamp" STREAMSCRIBE_INGRESS_BIND=127.0.0.1 \
@@ -103,27 +61,7 @@ wait_for "the call ending" 60 grep -q "ended (BYE)" "$RUN_DIR/ingress.log"
 kill -TERM "$baresip_pid" 2>/dev/null || true
 
 call_id="$(sed -n 's/.*call \([^ ]*\) ended (BYE).*/\1/p' "$RUN_DIR/ingress.log" | tail -n 1)"
-# The worker's session_ended event comes in the transaction of the call's last final.
-.venv/bin/python - "$call_id" <<'PY' || { echo "demo-call: no session_ended for the call" >&2; exit 1; }
-import sys, time, uuid, orjson
-from confluent_kafka import Consumer
-from pipeline.settings import load_settings
-from pipeline.topics import TopicRole, topic_name
-kafka = load_settings().kafka
-consumer = Consumer({"bootstrap.servers": kafka.bootstrap_servers, "group.id": f"demo-{uuid.uuid4().hex}",
-                     "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
-consumer.subscribe([topic_name(TopicRole.EVENTS, kafka.topic_prefix)])
-deadline = time.monotonic() + 180
-try:
-    while time.monotonic() < deadline:
-        for message in consumer.consume(num_messages=500, timeout=0.5):
-            if message.error() is None and message.key() == sys.argv[1].encode():
-                if orjson.loads(message.value())["type"] == "session_ended":
-                    sys.exit(0)
-    sys.exit(1)
-finally:
-    consumer.close()
-PY
+wait_for_sessions_ended 180 "$call_id=1"
 sleep 2  # tail shows what that transaction committed
 kill -TERM "$tail_pid" 2>/dev/null || true
 wait "$tail_pid" 2>/dev/null || true

@@ -51,6 +51,7 @@ MANAGED_DIRS = (
     "nonspeech",
     "hotwords",
     "repeats",
+    "accuracy",
 )
 MANIFEST_SCHEMA = 1
 
@@ -1132,6 +1133,73 @@ def build_repeats(build: Build) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 9. accuracy/
+# ---------------------------------------------------------------------------------------------
+
+ONSET = Say("This is especially necessary with regard to the billing team.", ESPEAK_US)
+LOOP = Say("Yes, that is correct.", FLITE_AWB)
+LONG_TURN = tuple(
+    Say(text, ESPEAK_GB)
+    for text in (
+        "Before we continue, please note that this call may be recorded for quality and "
+        "training purposes.",
+        "Your new plan includes unlimited calls and texts within the country.",
+        "The monthly fee is forty dollars, and it will appear on your next statement.",
+        "If you cancel within the first thirty days, you will receive a full refund.",
+        "After that, an early termination fee of one hundred dollars applies.",
+        "Do you agree to these terms and conditions?",
+    )
+)
+LONG_TURN_GAP_MS = 250
+ACCURACY_LEAD_MS = 500
+ACCURACY_TAIL_MS = {"onset": 1000, "loop": 1500, "long_turn": 1000}
+
+
+def build_accuracy(build: Build) -> None:
+    """One file per failure class of streaming on real speech (issue 21), each measured to
+    fail the engine of before the fix (docs/accuracy.md):
+
+    * ``onset``: telephone audio whose first words silero scores low, so the gate starts late
+      (``acc_onset_8k``: espeak-ng at 8 kHz; the gate started at 932 ms, "This is" lost);
+    * ``loop``: a short sentence tiny.en writes three times in its 10 s window (telephone);
+    * ``long_turn``: six sentences read 250 ms apart, 25 s with no 800 ms pause: the
+      utterance reached ``max_length`` at 20 s and was cut inside a word.
+    """
+    rate = SAMPLE_RATE_HZ
+    lead = [0.0] * ms_to_samples(ACCURACY_LEAD_MS, rate)
+    for entry_id, say, kind in (("acc_onset_8k", ONSET, "onset"), ("acc_loop_8k", LOOP, "loop")):
+        clip = build.synth(say)
+        tail = [0.0] * ms_to_samples(ACCURACY_TAIL_MS[kind], rate)
+        (narrow,) = telephone_band([lead + clip.speech + tail], rate)
+        entry = utterance_entry(entry_id, f"accuracy/{entry_id}.flac", kind, clip)
+        entry.update(band_hz=list(TELEPHONE_BAND_HZ))
+        entry.update(span_fields(*speech_bounds(narrow, TELEPHONE_RATE_HZ), TELEPHONE_RATE_HZ))
+        build.write(entry, [narrow], TELEPHONE_RATE_HZ)
+    samples = list(lead)
+    segments = []
+    gap = [0.0] * ms_to_samples(LONG_TURN_GAP_MS, rate)
+    for index, say in enumerate(LONG_TURN):
+        speech = build.synth(say).speech
+        segments.append(
+            {"text": say.text, **span_fields(len(samples), len(samples) + len(speech), rate)}
+        )
+        samples += speech + (gap if index < len(LONG_TURN) - 1 else [])
+    samples += [0.0] * ms_to_samples(ACCURACY_TAIL_MS["long_turn"], rate)
+    entry = {
+        "id": "acc_long_turn",
+        "path": "accuracy/acc_long_turn.flac",
+        "kind": "long_turn",
+        "text": " ".join(say.text for say in LONG_TURN),
+        **voice_fields(LONG_TURN[0]),
+        "segments": segments,
+        "gap_ms": LONG_TURN_GAP_MS,
+        **span_fields(segments[0]["speech_start_ms"] * rate // 1000, len(samples), rate),
+    }
+    entry["speech_end_ms"] = segments[-1]["speech_end_ms"]
+    build.write(entry, [samples], rate)
+
+
+# ---------------------------------------------------------------------------------------------
 # Manifest, refs.tsv, verification
 # ---------------------------------------------------------------------------------------------
 
@@ -1144,6 +1212,7 @@ SECTIONS: tuple[Callable[[Build], None], ...] = (
     build_nonspeech,
     build_hotwords,
     build_repeats,
+    build_accuracy,
 )
 REF_KINDS = (
     "utterance",
@@ -1154,6 +1223,9 @@ REF_KINDS = (
     "hotword",
     "hotword_negative",
     "repeat",
+    "onset",
+    "loop",
+    "long_turn",
 )
 
 

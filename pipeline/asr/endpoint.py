@@ -6,8 +6,12 @@ into utterances and closes them by rule:
 
 * ``silence``: trailing silence after the last speech sample reaches ``trailing_silence_ms``
   (of real silence: see ``EndpointConfig.speech_pad_ms`` for padded input);
+* ``silence`` sooner in a long utterance: once its speech span reaches ``long_utterance_ms``,
+  trailing silence of ``long_silence_ms`` (a pause between sentences) closes it, so that a long
+  turn is finalized at a pause before its window grows too long to decode whole;
 * ``max_length``: the utterance's speech span reaches ``max_utterance_ms``; it is cut there and,
-  if speech goes on, the next utterance starts at the very next sample;
+  if speech goes on, the next utterance starts at the very next sample (a last resort: the cut
+  falls inside speech);
 * ``end_of_stream``: :meth:`EndpointDetector.end_of_stream`;
 * ``forced``: :meth:`EndpointDetector.force`, a final on request.
 
@@ -59,11 +63,12 @@ lose its end silently (the margin covers the padding around it)."""
 class EndpointConfig:
     """Endpoint rules of one tenant; the defaults are the project's (DESIGN §4).
 
-    ``speech_pad_ms`` is how much the labeller of the input widens each run of speech on each
-    side: ``SpeechGateConfig.speech_pad_ms`` when fed :class:`~pipeline.asr.vad.SpeechGate`
+    ``speech_pad_ms`` is how much the labeller of the input widens each run of speech at its
+    end, ``start_pad_ms`` (``None``: the same) before its start: those of
+    :class:`~pipeline.asr.vad.SpeechGateConfig` when fed :class:`~pipeline.asr.vad.SpeechGate`
     spans, 0 (the default) for raw per-frame decisions. A real pause of ``P`` ms then reaches
-    the detector as ``P - 2 * speech_pad_ms`` of labelled silence (the end pad of one run and
-    the start pad of the next), so the silence rule subtracts both pads and
+    the detector as ``P - speech_pad_ms - start_pad_ms`` of labelled silence (the end pad of
+    one run and the start pad of the next), so the silence rule subtracts both pads and
     ``trailing_silence_ms`` keeps meaning real silence. Utterance spans keep their pads.
     """
 
@@ -72,6 +77,9 @@ class EndpointConfig:
     max_utterance_ms: int = 20_000
     min_utterance_ms: int = 200
     speech_pad_ms: int = 0
+    start_pad_ms: int | None = None
+    long_utterance_ms: int | None = None
+    long_silence_ms: int = 200
 
     def __post_init__(self) -> None:
         if self.sample_rate_hz <= 0:
@@ -87,11 +95,27 @@ class EndpointConfig:
                 f"speech_pad_ms must be >= 0 and less than half of trailing_silence_ms, "
                 f"got {self.speech_pad_ms}"
             )
+        if self.start_pad_ms is not None and not (
+            0 <= self.start_pad_ms < self.trailing_silence_ms - self.speech_pad_ms
+        ):
+            raise ConfigError(
+                f"start_pad_ms must be >= 0 and, with speech_pad_ms, less than "
+                f"trailing_silence_ms, got {self.start_pad_ms}"
+            )
         if self.max_utterance_ms > MAX_UTTERANCE_LIMIT_MS:
             raise ConfigError(
                 f"max_utterance_ms must be at most {MAX_UTTERANCE_LIMIT_MS} (the recognizer "
                 f"hears 30 s at a time), got {self.max_utterance_ms}"
             )
+        if self.long_utterance_ms is not None and not (
+            0 < self.long_utterance_ms < self.max_utterance_ms
+        ):
+            raise ConfigError(
+                f"long_utterance_ms must be positive and less than max_utterance_ms "
+                f"({self.max_utterance_ms}), got {self.long_utterance_ms}"
+            )
+        if self.long_silence_ms <= 0:
+            raise ConfigError(f"long_silence_ms must be positive, got {self.long_silence_ms}")
         if self.max_utterance_ms <= self.min_utterance_ms:
             raise ConfigError(
                 f"max_utterance_ms ({self.max_utterance_ms}) must exceed "
@@ -107,9 +131,37 @@ class EndpointConfig:
         return _ms_to_samples(self.speech_pad_ms, self.sample_rate_hz)
 
     @property
+    def effective_start_pad_ms(self) -> int:
+        return self.speech_pad_ms if self.start_pad_ms is None else self.start_pad_ms
+
+    @property
+    def start_pad_samples(self) -> int:
+        return _ms_to_samples(self.effective_start_pad_ms, self.sample_rate_hz)
+
+    @property
     def silence_rule_samples(self) -> int:
         """Labelled non-speech after the last speech sample that fires the silence rule."""
-        return self.trailing_silence_samples - 2 * self.speech_pad_samples
+        return self.trailing_silence_samples - self.speech_pad_samples - self.start_pad_samples
+
+    @property
+    def long_utterance_samples(self) -> int | None:
+        if self.long_utterance_ms is None:
+            return None
+        return _ms_to_samples(self.long_utterance_ms, self.sample_rate_hz)
+
+    @property
+    def long_silence_rule_samples(self) -> int:
+        """Labelled non-speech that closes a long utterance: ``long_silence_ms`` less the pads,
+        at least one sample (a pause shorter than the pads leaves no labelled silence at all)."""
+        pads = self.speech_pad_samples + self.start_pad_samples
+        return max(1, _ms_to_samples(self.long_silence_ms, self.sample_rate_hz) - pads)
+
+    def silence_rule_for(self, speech_span_samples: int) -> int:
+        """Labelled non-speech that closes an utterance whose speech spans this long."""
+        long = self.long_utterance_samples
+        if long is not None and speech_span_samples >= long:
+            return min(self.long_silence_rule_samples, self.silence_rule_samples)
+        return self.silence_rule_samples
 
     @property
     def max_utterance_samples(self) -> int:
@@ -273,8 +325,11 @@ class EndpointDetector:
     def _push_silence(self, duration_samples: int) -> tuple[EndpointDecision, ...]:
         end_position = self._position_samples + duration_samples
         decision = None
-        if self._last_speech_end_samples is not None:
-            fires_at = self._last_speech_end_samples + self._config.silence_rule_samples
+        last_end = self._last_speech_end_samples
+        if last_end is not None:
+            assert self._utterance_start_samples is not None  # set together
+            span = last_end - self._utterance_start_samples
+            fires_at = last_end + self._config.silence_rule_for(span)
             if end_position >= fires_at:
                 decided_at = max(fires_at, self._position_samples)
                 decision = self._close(

@@ -1,7 +1,8 @@
 """The streaming engine: every session's audio through batched VAD and batched recognition.
 
 ``accept`` appends a chunk to its session (cheap, no model call). ``step`` does the work for all
-sessions at once, in flow order:
+sessions at once, in flow order, and returns a ``StepReport`` (its outputs and what it cost);
+``segment`` does only the first part (a caller catching up on a backlog defers the decodes):
 
 1. VAD: every session with whole frames waiting is scored, one batched VAD call per frame
    position (each stream keeps its own recurrent state); the gate and endpoint rules turn the
@@ -21,15 +22,17 @@ Partials use the committed prefix (work is not repeated) and may differ between 
 Time. Positions, spans and endpoints come from the audio (sample counts). The injected ``Clock``
 (epoch ms; the worker's, so events and outputs share one clock) stamps ``emit_ms`` of partials
 and finals. The ``timer`` (monotonic seconds, ``time.perf_counter`` by default) measures compute
-only: the VAD's time (``last_vad_s``) and the partials' share of a step, from which
+only: the VAD's time (``StepReport.vad_s``) and the partials' share of a step, from which
 ``step_budget_ms`` adapts ``partial_cap``; it decides how many partials a step decodes, never
 what a final says.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -38,7 +41,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pipeline.asr.endpoint import EndpointConfig, EndpointReason
-from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
+from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis, squashed_repeat_start
 from pipeline.asr.recognizer import Recognition, RecognitionRequest, Recognizer, TokenBias
 from pipeline.asr.session import (
     SAMPLES_PER_MS,
@@ -59,7 +62,10 @@ __all__ = [
     "BiasSource",
     "EngineConfig",
     "EngineOutput",
+    "ResumePoint",
+    "Resumed",
     "SessionEnded",
+    "StepReport",
     "StreamingEngine",
     "Suppressed",
     "VadModel",
@@ -70,7 +76,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class _Expected:
-    """How a session announced by ``expect`` begins once its first chunk comes."""
+    """How a session ``resume`` announced (replayed, or cold) begins once its first chunk comes."""
 
     finals_through: int
     finals_end_ms: int | None  # where the finalized audio ends (None: skip by index)
@@ -154,6 +160,11 @@ class EngineConfig:
                     f"{name}: endpoint speech_pad_ms ({endpoint.speech_pad_ms}) must equal "
                     f"gate.speech_pad_ms ({self.gate.speech_pad_ms})"
                 )
+            if endpoint.effective_start_pad_ms != self.gate.effective_start_pad_ms:
+                raise ConfigError(
+                    f"{name}: endpoint start pad ({endpoint.effective_start_pad_ms} ms) must "
+                    f"equal the gate's ({self.gate.effective_start_pad_ms} ms)"
+                )
 
     def endpoint_for(self, tenant: str) -> EndpointConfig:
         """The endpoint rules of ``tenant``: its own, else ``endpoint``."""
@@ -194,6 +205,51 @@ EngineOutput = Partial | Final | Suppressed | SessionEnded
 
 
 @dataclass(frozen=True, slots=True)
+class StepReport:
+    """What one ``step`` (or ``segment``) did: its outputs, in order, and what it cost."""
+
+    outputs: tuple[EngineOutput, ...] = ()
+    vad_s: float | None = None
+    """Time its VAD passes took (the engine's ``timer`` seconds); None without a whole frame."""
+    windows: int = 0
+    """Recognizer windows decoded (the batch-size metric; a final decoded ahead costs none)."""
+    early_finals_decoded: int = 0
+    """Finals decoded ahead, during their utterance's trailing silence."""
+    early_finals_used: int = 0
+    """Finals emitted from a decode made ahead (the others decoded ahead were wasted work)."""
+    loops_trimmed: int = 0
+    """Finals whose decoding loop was cut off (``guards.squashed_repeat_start``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """Where a stream's session resumes on a new owner: the engine's part of a checkpoint.
+
+    Utterances ``<= finals_through`` were finalized before and are not emitted again; with
+    ``finals_end_ms`` (where the last of them ended, ms of the call), the utterances that end
+    there or before are skipped whatever their index. ``snapshot``: the session's state at the
+    checkpoint, the records before it released; None: it is replayed from its first record.
+    """
+
+    finals_through: int
+    finals_end_ms: int | None = None
+    snapshot: SessionSnapshot | None = None
+
+
+class Resumed(enum.StrEnum):
+    """How ``resume`` brought a session back."""
+
+    REPLAY = "replay"
+    """No snapshot: the session begins with its first chunk, which the replay brings."""
+    WARM = "warm"
+    """From the snapshot: VAD, gate and endpoint state as they were."""
+    COLD = "cold"
+    """The snapshot cannot be used (logged): the session begins afresh where it ended, its
+    numbering, audio position and counts continued; only a few frames of VAD context are lost
+    (its utterances were finalized, and the records it covered are released)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Job:
     """One decode: a final (``final``), a final decoded ahead (``early_start_samples``: the
     open utterance's ``[early_start_samples, end_samples)``), or else a partial."""
@@ -230,17 +286,9 @@ class StreamingEngine:
         self._clock = clock or WallClock()
         self._sessions: dict[SessionKey, Session] = {}
         self._expected: dict[SessionKey, _Expected] = {}
-        self.last_step_jobs = 0
-        """Recognizer windows decoded by the last ``step`` (the batch-size metric)."""
-        self.last_vad_s: float | None = None
-        """Time the last ``step``'s VAD passes took (``timer`` seconds); None without a frame."""
         self.partial_cap: int | None = None
         """Most partials a step decodes under ``step_budget_ms`` (``None``: not limited yet)."""
         self._finals_stepped = False
-        self.early_finals_decoded = 0
-        """Finals decoded ahead, during their utterance's trailing silence (a counter)."""
-        self.early_finals_used = 0
-        """Finals published from a decode made ahead (a counter; the rest was wasted work)."""
 
     @property
     def config(self) -> EngineConfig:
@@ -319,7 +367,7 @@ class StreamingEngine:
 
     def close(self, key: SessionKey) -> None:
         """End a session that will get no more audio (idle timeout): like an end of stream.
-        A cold resume (``expect`` with ``stats``) that never got a chunk is begun to be ended
+        A cold resume (``Resumed.COLD``) that never got a chunk is begun to be ended
         (its ``SessionEnded`` reports what it had heard before)."""
         session = self._sessions.get(key)
         expected = self._expected.get(key)
@@ -329,7 +377,7 @@ class StreamingEngine:
             session.end_pending = True
 
     def knows(self, key: SessionKey) -> bool:
-        """Open, or expected to resume where a snapshot ended (``expect`` with ``stats``): a
+        """Open, or resumed cold where a snapshot ended (``Resumed.COLD``): a
         session replayed from its first record gets its chunks, and its tenant, from the replay."""
         expected = self._expected.get(key)
         return key in self._sessions or (expected is not None and expected.stats is not None)
@@ -341,30 +389,49 @@ class StreamingEngine:
             session.close()
         self._expected.pop(key, None)
 
-    def expect(
-        self,
-        key: SessionKey,
-        finals_through: int,
-        *,
-        finals_end_ms: int | None = None,
-        next_index: int = 0,
-        start_samples: int = 0,
-        tenant: str = "default",
-        stats: SessionStats | None = None,
-    ) -> None:
-        """A session that will be replayed: utterances ``<= finals_through`` were finalized
-        before a failover and are not emitted again. From its first chunk, ``next_index`` and
-        ``start_samples`` are 0; from a later chunk (records before it were released by a
-        snapshot that turned out unusable) they are the snapshot's: the replay's utterances
-        continue the numbering, and their times count from the call's start, not the replay's;
-        ``stats`` (the snapshot's) keeps its ``SessionEnded`` counting from the call's start too.
-        ``tenant`` is the session's, should it be closed before its first chunk.
-        ``finals_end_ms``: where the last of those utterances ended (ms of the call); given, the
-        replay skips the utterances that end there or before, whatever their index.
+    def resume(self, key: SessionKey, point: ResumePoint) -> Resumed:
+        """Bring back a session a failover moved here, from its checkpoint's ``point``.
+
+        Without a snapshot the session is replayed from its first record (``Resumed.REPLAY``).
+        With one, it is recreated from it (``Resumed.WARM``), cold where the snapshot cannot
+        carry a state: a denoising engine starts RNNoise afresh (its state lives in C; a
+        denoising owner takes no snapshots, but the last owner may not have denoised), and a VAD
+        state that does not fit this VAD (another model version) starts from the VAD's initial
+        state. A snapshot this engine cannot use at all (it decoded, but does not restore) is
+        logged and the session begins afresh where it ended (``Resumed.COLD``): a bad record in
+        the compacted checkpoint topic must not stop every worker that takes the partition,
+        and replaying instead is impossible, as the snapshot released the records before it.
         """
-        self._expected[key] = _Expected(
-            finals_through, finals_end_ms, start_samples, next_index, tenant, stats
-        )
+        snapshot = point.snapshot
+        if snapshot is None:
+            self._expected[key] = _Expected(point.finals_through, point.finals_end_ms, 0, 0)
+            return Resumed.REPLAY
+        try:
+            self._restore(key, snapshot, point)
+        except (ValueError, TypeError, RuntimeError, ConfigError) as error:
+            logger.error("snapshot of %s is unusable, resuming it cold: %r", key, error)
+            self.drop(key)
+            self._expected[key] = _Expected(
+                point.finals_through,
+                point.finals_end_ms,
+                snapshot.total_samples,
+                snapshot.next_index,
+                snapshot.tenant,
+                SessionStats(*snapshot.stats),
+            )
+            return Resumed.COLD
+        return Resumed.WARM
+
+    def _restore(self, key: SessionKey, snapshot: SessionSnapshot, point: ResumePoint) -> None:
+        session = self._session(key, snapshot.tenant)
+        session.restore(snapshot)
+        try:
+            session.vad_state = self._vad.import_state(snapshot.vad_state)
+        except ValueError as error:
+            logger.warning("VAD state of %s does not fit, starting it cold: %s", key, error)
+            session.vad_state = self._vad.new_state()
+        session.finals_through = point.finals_through
+        session.finals_end_ms = point.finals_end_ms
 
     # -- checkpoints -------------------------------------------------------------------------
 
@@ -374,37 +441,6 @@ class StreamingEngine:
         if session is None or not session.quiescent:
             return None
         return session.snapshot(self._vad.export_state(session.vad_state))
-
-    def restore(
-        self,
-        key: SessionKey,
-        snapshot: SessionSnapshot,
-        finals_through: int,
-        *,
-        finals_end_ms: int | None = None,
-    ) -> None:
-        """Recreate a session from a snapshot; utterances ``<= finals_through`` (or, with
-        ``finals_end_ms``, those ending at or before it) are not emitted.
-
-        Cold where the snapshot cannot carry a state: a denoising engine starts RNNoise afresh
-        (its state lives in C; a denoising owner takes no snapshots, but the last owner may not
-        have denoised), and a VAD state that does not fit this VAD (another model version)
-        starts from the VAD's initial state. Both cost a few frames of accuracy; replaying
-        instead is impossible, as the snapshot released the records before it.
-
-        Raises:
-            ValueError, TypeError: a snapshot this engine cannot use at all (the session is then
-                not restored: ``drop`` it).
-        """
-        session = self._session(key, snapshot.tenant)
-        session.restore(snapshot)
-        try:
-            session.vad_state = self._vad.import_state(snapshot.vad_state)
-        except ValueError as error:
-            logger.warning("VAD state of %s does not fit, starting it cold: %s", key, error)
-            session.vad_state = self._vad.new_state()
-        session.finals_through = finals_through
-        session.finals_end_ms = finals_end_ms
 
     # -- work --------------------------------------------------------------------------------
 
@@ -426,19 +462,31 @@ class StreamingEngine:
         *,
         partials: bool = True,
         partials_first: bool = False,
-    ) -> list[EngineOutput]:
-        """Run VAD and recognition for every session that has work; return the outputs.
+    ) -> StepReport:
+        """Run VAD and recognition for every session that has work; report what it did.
 
+        ``max_jobs`` (at least 1; None: no bound) bounds the decodes; the rest stays due.
         ``partials=False`` decodes finals only (load shedding: partials are thinned before
         finals are delayed); the skipped partials stay due and run in a later step.
-        ``max_jobs=0`` runs the VAD only (a caller catching up on a backlog defers decodes).
         ``partials_first``: under a step budget, a due partial step goes before the finals
         this once (after a backlog, so the live text resumes before the backlog's finals).
         """
+        if max_jobs is not None and max_jobs < 1:
+            raise ValueError(f"max_jobs must be at least 1 or None, got {max_jobs} (segment()?)")
+        return self._step(max_jobs, partials=partials, partials_first=partials_first)
+
+    def segment(self) -> StepReport:
+        """Run the VAD only: endpoints are decided and their finals queued, nothing is decoded
+        (a caller catching up on a backlog defers the decodes). Finals decoded ahead still go
+        out, as they cost no decode, and sessions whose finals are all out end."""
+        return self._step(0, partials=False, partials_first=False)
+
+    def _step(self, max_jobs: int | None, *, partials: bool, partials_first: bool) -> StepReport:
+        tally: Counter[str] = Counter()  # by the name of their StepReport field
         sessions = list(self._sessions.values())
         vad_started_s = self._timer()
         passes = self._run_vad(sessions)
-        self.last_vad_s = self._timer() - vad_started_s if passes else None
+        vad_s = self._timer() - vad_started_s if passes else None
         for session in sessions:
             self._close_pending(session)
         due = self._due_jobs()
@@ -456,7 +504,6 @@ class StreamingEngine:
         jobs = ready or self._within_budget(due, partials_first=partials_first)
         if max_jobs is not None and not ready:
             jobs = jobs[:max_jobs]
-        self.last_step_jobs = 0  # counted by _apply: finals decoded ahead cost no window
         batch = self._config.max_batch
         started_s = self._timer()
         # Every batch is recognized before any result is applied: a recognizer that fails on a
@@ -467,7 +514,7 @@ class StreamingEngine:
         results = [self._recognize(plan) for plan in plans]
         outputs: list[EngineOutput] = []
         for part, plan, result in zip(batches, plans, results, strict=True):
-            outputs.extend(self._apply(part, plan, result))
+            outputs.extend(self._apply(part, plan, result, tally))
         decoded_partials = sum(job.partial for job in jobs)
         if decoded_partials:
             # The partials' share of the step: finals come on top of the budget.
@@ -480,7 +527,7 @@ class StreamingEngine:
                 outputs.append(self._ended(session))
                 session.close()
                 del self._sessions[session.key]
-        return outputs
+        return StepReport(tuple(outputs), vad_s, **tally)
 
     def _run_vad(self, sessions: Iterable[Session]) -> int:
         """Every ready frame of ``sessions`` through the VAD, one frame per session per batched
@@ -569,7 +616,8 @@ class StreamingEngine:
         """Labelled trailing silence at which a final is decoded ahead (None: never)."""
         if self._config.early_final_ms is None:
             return None
-        pads = 2 * self._config.endpoint.speech_pad_samples
+        endpoint = self._config.endpoint
+        pads = endpoint.speech_pad_samples + endpoint.start_pad_samples
         return max(0, self._config.early_final_ms * SAMPLES_PER_MS - pads)
 
     def _due_jobs(self) -> list[_Job]:
@@ -629,18 +677,19 @@ class StreamingEngine:
         jobs: Sequence[_Job],
         planned: Sequence[RecognitionRequest | Recognition],
         results: Sequence[Recognition],
+        tally: Counter[str],
     ) -> list[EngineOutput]:
-        """Turn a batch's recognitions into outputs and session progress."""
+        """Turn a batch's recognitions into outputs and session progress (counted in ``tally``)."""
         fresh = iter(results)
-        self.last_step_jobs += len(results)
+        tally["windows"] += len(results)
         outputs: list[EngineOutput] = []
         for job, plan in zip(jobs, planned, strict=True):
             result = next(fresh) if isinstance(plan, RecognitionRequest) else plan
             session = job.session
             if job.final is not None:
-                self.early_finals_used += not isinstance(plan, RecognitionRequest)
+                tally["early_finals_used"] += not isinstance(plan, RecognitionRequest)
                 session.final_jobs.remove(job.final)
-                outputs.extend(self._final(session, job.final, result))
+                outputs.extend(self._final(session, job.final, result, tally))
             elif job.early_start_samples is not None:
                 # Valid for the bias it was decoded with (a hotword update during the decode
                 # must not make it serve the new list).
@@ -648,7 +697,7 @@ class StreamingEngine:
                 session.early_final = EarlyFinal(
                     job.early_start_samples, job.end_samples, plan.bias, result
                 )
-                self.early_finals_decoded += 1
+                tally["early_finals_decoded"] += 1
             else:
                 outputs.extend(self._partial(session, job.end_samples, result))
         return outputs
@@ -684,7 +733,9 @@ class StreamingEngine:
         utterance.revision += 1
         return [partial]
 
-    def _final(self, session: Session, job: FinalJob, result: Recognition) -> list[EngineOutput]:
+    def _final(
+        self, session: Session, job: FinalJob, result: Recognition, tally: Counter[str]
+    ) -> list[EngineOutput]:
         session.finals_through = max(session.finals_through, job.utterance_index)
         early = session.early_final
         if early is not None and early.end_samples <= job.end_samples:
@@ -706,6 +757,13 @@ class StreamingEngine:
                     job.end_samples // SAMPLES_PER_MS,
                 )
             ]
+        recognized = result.words
+        loop_start = squashed_repeat_start(recognized, self._config.guards.max_repeat_word_ms)
+        if loop_start is not None:
+            # A decoding loop the audio does not hold: the final is the text before it.
+            recognized = recognized[:loop_start]
+            text = "".join(w.text for w in recognized).strip()
+            tally["loops_trimmed"] += 1
         start_ms = job.start_samples // SAMPLES_PER_MS
         end_ms = job.end_samples // SAMPLES_PER_MS
         words = tuple(
@@ -715,14 +773,15 @@ class StreamingEngine:
                 end_ms=min(start_ms + (w.end_ms or 0), end_ms),
                 probability=round(float(w.probability or 0.0), 4),
             )
-            for w in result.words
+            for w in recognized
             if w.text.strip()
         )
         # Where the VAD heard speech begin or end, its edges beat Whisper's (word_edges).
         pad_ms = self._config.gate.speech_pad_ms
+        start_pad_ms = self._config.gate.effective_start_pad_ms
         words = snap_word_edges(
             words,
-            speech_start_ms=start_ms + pad_ms if job.start_is_onset else None,
+            speech_start_ms=start_ms + start_pad_ms if job.start_is_onset else None,
             speech_end_ms=(
                 max(start_ms, end_ms - pad_ms - self._config.vad_end_lag_ms)
                 if job.end_is_offset

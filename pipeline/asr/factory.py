@@ -121,25 +121,39 @@ def check_quantization(settings: AsrSettings, device: str) -> None:
         raise ConfigError(f"{variable}={settings.quantization} {error} (use none)") from None
 
 
+def _endpoint_config(
+    settings: AsrSettings, gate: SpeechGateConfig, silence_ms: int, max_ms: int
+) -> EndpointConfig:
+    """Endpoint rules with this trailing silence and longest utterance. The long-utterance rule
+    applies where it can: not at or past the longest utterance (a tenant's may be shorter), and
+    its pause never longer than the plain rule's."""
+    long_ms = settings.long_utterance_ms or None
+    return EndpointConfig(
+        trailing_silence_ms=silence_ms,
+        max_utterance_ms=max_ms,
+        speech_pad_ms=gate.speech_pad_ms,
+        start_pad_ms=gate.start_pad_ms,
+        long_utterance_ms=long_ms if long_ms is not None and long_ms < max_ms else None,
+        long_silence_ms=min(settings.long_utterance_silence_ms, silence_ms),
+    )
+
+
 def engine_config(settings: AsrSettings) -> EngineConfig:
     """The streaming policy described by ``settings``."""
     gate = SpeechGateConfig(
         threshold=settings.vad_threshold,
         speech_pad_ms=settings.speech_pad_ms,
+        start_pad_ms=settings.speech_start_pad_ms,
         min_silence_ms=max(100, settings.speech_pad_ms),
     )
-    endpoint = EndpointConfig(
-        trailing_silence_ms=settings.endpoint_silence_ms,
-        max_utterance_ms=settings.max_utterance_ms,
-        speech_pad_ms=gate.speech_pad_ms,
+    endpoint = _endpoint_config(
+        settings, gate, settings.endpoint_silence_ms, settings.max_utterance_ms
     )
     tenant_endpoints = {}
     for tenant, (silence_ms, max_ms) in parse_tenant_endpoints(settings.tenant_endpoints).items():
         try:
-            tenant_endpoints[tenant] = EndpointConfig(
-                trailing_silence_ms=silence_ms,
-                max_utterance_ms=settings.max_utterance_ms if max_ms is None else max_ms,
-                speech_pad_ms=gate.speech_pad_ms,
+            tenant_endpoints[tenant] = _endpoint_config(
+                settings, gate, silence_ms, settings.max_utterance_ms if max_ms is None else max_ms
             )
         except ConfigError as error:
             raise ConfigError(f"{TENANT_ENDPOINTS_ENV}: tenant {tenant!r}: {error}") from None

@@ -341,11 +341,15 @@ class SpeechGateConfig:
       lasted ``min_speech_ms`` without a frame below ``neg_threshold`` (shorter runs are blips).
     * Speech ends once probabilities stay below ``neg_threshold`` for ``min_silence_ms``
       (frames between the two thresholds neither start nor end anything: hysteresis).
-    * Confirmed speech is widened by ``speech_pad_ms`` on each side, never into earlier speech.
+    * Confirmed speech is widened by ``speech_pad_ms`` at its end and by ``start_pad_ms``
+      (``None``: ``speech_pad_ms``) before its start, never into earlier speech.
 
     ``neg_threshold`` ``None`` means ``max(threshold - 0.15, 0.01)``, as silero does.
     The pad is 60 ms, not silero's 30: onsets of unvoiced consonants score low, and clipping
-    them costs the recognizer a word, while a little extra silence costs nothing.
+    them costs the recognizer a word, while a little extra silence costs nothing. The start pad
+    is a pre-roll: on band-limited (telephone) audio silero confirms a start late, often after
+    the first syllables (docs/accuracy.md), and a longer pre-roll costs only the start's audio,
+    where a longer end pad would also lengthen every utterance's end and the silence rule.
     """
 
     threshold: float = 0.5
@@ -353,6 +357,7 @@ class SpeechGateConfig:
     min_speech_ms: int = 250
     min_silence_ms: int = 100
     speech_pad_ms: int = 60
+    start_pad_ms: int | None = None
     sample_rate_hz: int = VAD_SAMPLE_RATE_HZ
     frame_samples: int = VAD_FRAME_SAMPLES
 
@@ -365,6 +370,8 @@ class SpeechGateConfig:
             )
         if min(self.min_speech_ms, self.min_silence_ms, self.speech_pad_ms) < 0:
             raise ConfigError("min_speech_ms, min_silence_ms and speech_pad_ms must be >= 0")
+        if self.start_pad_ms is not None and self.start_pad_ms < 0:
+            raise ConfigError(f"start_pad_ms must be >= 0 or None, got {self.start_pad_ms}")
         if self.speech_pad_ms > self.min_silence_ms:
             # The end pad is applied when the end is decided, min_silence_ms after the last
             # speech frame; a longer pad would reach into audio not yet seen.
@@ -391,7 +398,16 @@ class SpeechGateConfig:
 
     @property
     def speech_pad_samples(self) -> int:
+        """The end pad (and the start pad, unless ``start_pad_ms`` is set)."""
         return _ms_to_samples(self.speech_pad_ms, self.sample_rate_hz)
+
+    @property
+    def effective_start_pad_ms(self) -> int:
+        return self.speech_pad_ms if self.start_pad_ms is None else self.start_pad_ms
+
+    @property
+    def start_pad_samples(self) -> int:
+        return _ms_to_samples(self.effective_start_pad_ms, self.sample_rate_hz)
 
     @property
     def max_pending_samples(self) -> int:
@@ -399,7 +415,7 @@ class SpeechGateConfig:
 
         A session that keeps this much recent audio can always recover the start of speech.
         """
-        return max(self.min_speech_samples + self.speech_pad_samples, self.min_silence_samples)
+        return max(self.min_speech_samples + self.start_pad_samples, self.min_silence_samples)
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,7 +556,7 @@ class SpeechGate:
             self._settle(min(silence_start + pad, self._position), True, spans)
             self._in_speech = False
             self._silence_start = None
-            self._settle(self._position - pad, False, spans)
+            self._settle(self._position - self._config.start_pad_samples, False, spans)
         return tuple(spans)
 
     def _push_in_silence(
@@ -553,7 +569,7 @@ class SpeechGate:
         elif speech_prob < config.effective_neg_threshold:
             self._candidate_start = None
         candidate = self._candidate_start
-        pad = config.speech_pad_samples
+        pad = config.start_pad_samples
         if candidate is not None and self._position - candidate >= config.min_speech_samples:
             self._settle(max(candidate - pad, 0), False, spans)
             self._settle(self._position, True, spans)
@@ -578,7 +594,8 @@ class SpeechGate:
             self._settle(silence_start + config.speech_pad_samples, True, spans)
             self._in_speech = False
             self._silence_start = None
-            self._settle(self._position - config.speech_pad_samples, False, spans)
+            # The next run's start pad may claim the audio before the frontier.
+            self._settle(self._position - config.start_pad_samples, False, spans)
         else:
             self._settle(silence_start, True, spans)
 

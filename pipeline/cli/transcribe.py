@@ -138,11 +138,11 @@ def _transcribe(args: argparse.Namespace) -> int:
                         end_of_stream=last >= len(samples),
                     )
             position_ms = end_ms
-        printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
+        printer.emit(redact_outputs(redactor, engine.step().outputs, engine.sessions))
         if args.realtime:
             behind.observe(pacer.elapsed_ms() - position_ms)
     while engine.sessions:
-        printer.emit(redact_outputs(redactor, engine.step(), engine.sessions))
+        printer.emit(redact_outputs(redactor, engine.step().outputs, engine.sessions))
     printer.emit(redactor.flush_all())
     printer.done()
     return 0

@@ -19,7 +19,7 @@ redacted records. In flow order:
 Use::
 
     redactor = Redactor(RedactorConfig.from_settings(settings.redaction))
-    for output in engine.step():
+    for output in engine.step().outputs:
         if isinstance(output, Final):
             publish_all(redactor.final(output))        # [] while held; 2 when joined
         elif isinstance(output, Partial):

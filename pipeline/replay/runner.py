@@ -40,7 +40,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
+from pipeline.asr.engine import EngineOutput, SessionEnded, StepReport, Suppressed
 from pipeline.asr.session import SessionKey
 from pipeline.contracts.messages import Final
 from pipeline.redaction.outputs import SettlingSession, redact_outputs
@@ -82,7 +82,7 @@ class ReplayEngine(ChunkSink, Protocol):
     @property
     def sessions(self) -> Mapping[SessionKey, SettlingSession]: ...
 
-    def step(self, max_jobs: int | None = None) -> list[EngineOutput]: ...
+    def step(self, max_jobs: int | None = None) -> StepReport: ...
 
     def close(self, key: SessionKey) -> None: ...
 
@@ -352,7 +352,9 @@ class ReplayRunner:
         )
 
     def _step(self) -> None:
-        for output in redact_outputs(self._redactor, self._engine.step(), self._engine.sessions):
+        for output in redact_outputs(
+            self._redactor, self._engine.step().outputs, self._engine.sessions
+        ):
             self._route(output)
         self._last_step_ms = self._clock.now_ms()
         self._fed_since_step = 0

@@ -276,6 +276,13 @@ EARLY_FINALS = MetricSpec(
     "Finals decoded ahead in their utterance's trailing silence, and those of them published "
     "(decoded minus used: work wasted because speech resumed).",
 )
+LOOPS_TRIMMED = MetricSpec(
+    "asr_loops_trimmed_total",
+    MetricType.COUNTER,
+    (),
+    "Finals whose decoding loop (a tail repeating the words before it, aligned at almost no "
+    "time) was cut off; published as the text before the loop.",
+)
 TRANSACTION_REWINDS = MetricSpec(
     "asr_transaction_rewinds_total",
     MetricType.COUNTER,
@@ -382,6 +389,7 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     HALLUCINATIONS_SUPPRESSED,
     HOTWORD_UPDATES,
     PARTIALS_THINNED,
+    LOOPS_TRIMMED,
     EARLY_FINALS,
     TRANSACTION_REWINDS,
     RESTORE_DISAGREEMENTS,
@@ -505,6 +513,7 @@ class WorkerMetrics:
         self._hallucinations = new_counter(HALLUCINATIONS_SUPPRESSED, registry)
         self._hotword_updates = new_counter(HOTWORD_UPDATES, registry)
         self._partials_thinned = new_counter(PARTIALS_THINNED, registry)
+        self._loops_trimmed = new_counter(LOOPS_TRIMMED, registry)
         self._early_finals = new_counter(EARLY_FINALS, registry)
         self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
         self._restore_disagreements = new_counter(RESTORE_DISAGREEMENTS, registry)
@@ -573,6 +582,9 @@ class WorkerMetrics:
 
     def count_thinned_partials(self, count: int = 1) -> None:
         self._partials_thinned.inc(count)
+
+    def count_loops_trimmed(self, count: int = 1) -> None:
+        self._loops_trimmed.inc(count)
 
     def count_early_finals(self, outcome: EarlyFinalOutcome | str, count: int = 1) -> None:
         self._early_finals.labels(EarlyFinalOutcome(outcome).value).inc(count)

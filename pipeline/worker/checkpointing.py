@@ -14,9 +14,8 @@ import logging
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
-from pipeline.asr.engine import StreamingEngine
-from pipeline.asr.session import SessionKey, SessionSnapshot, SessionStats
-from pipeline.errors import ConfigError
+from pipeline.asr.engine import ResumePoint, StreamingEngine
+from pipeline.asr.session import SessionKey
 from pipeline.worker.admission import AdmissionState
 from pipeline.worker.checkpoint import PartitionCheckpoint, SessionCheckpoint
 from pipeline.worker.progress import PartitionProgress
@@ -226,46 +225,15 @@ def _restore_session(
     snapshot, admission = checkpoint.snapshot, checkpoint.admission
     if snapshot is None or admission is None:
         # Replayed from the call's first record (the committed offset holds it).
-        engine.expect(key, checkpoint.finals_through, finals_end_ms=checkpoint.finals_end_ms)
+        engine.resume(key, ResumePoint(checkpoint.finals_through, checkpoint.finals_end_ms))
         return
-    if not _restore_snapshot(engine, key, snapshot, checkpoint):
-        # The engine state is lost, not the bookkeeping: the records the snapshot covered
-        # are released, so the session starts afresh where it ended, numbering and audio
-        # position continued, and the records up to it are skipped as after a restore.
-        engine.expect(
-            key,
-            checkpoint.finals_through,
-            finals_end_ms=checkpoint.finals_end_ms,
-            next_index=snapshot.next_index,
-            start_samples=snapshot.total_samples,
-            tenant=snapshot.tenant,
-            stats=SessionStats(*snapshot.stats),
-        )
+    # Warm, or cold if the engine cannot use the snapshot: then only its state is lost, not
+    # the bookkeeping, and the records up to the snapshot are skipped as after a warm resume.
+    engine.resume(key, ResumePoint(checkpoint.finals_through, checkpoint.finals_end_ms, snapshot))
     streams.admission.restore(key, _clone(admission))
     session.snapshot = snapshot
     session.snapshot_admission = admission
     session.skip_through = snapshot.last_position if snapshot.last_position is not None else -1
-
-
-def _restore_snapshot(
-    engine: StreamingEngine,
-    key: SessionKey,
-    snapshot: SessionSnapshot,
-    checkpoint: SessionCheckpoint,
-) -> bool:
-    """``engine.restore``; False when the engine cannot use the snapshot (a record that
-    decoded but does not restore): logged, as a bad record in the compacted topic must not
-    stop every worker that takes the partition. Only the VAD, gate and endpoint state at the
-    snapshot is lost then (a few frames of accuracy); its utterances were finalized."""
-    try:
-        engine.restore(
-            key, snapshot, checkpoint.finals_through, finals_end_ms=checkpoint.finals_end_ms
-        )
-    except (ValueError, TypeError, RuntimeError, ConfigError) as error:
-        logger.error("checkpoint of %s is unusable, resuming it cold: %r", key, error)
-        engine.drop(key)
-        return False
-    return True
 
 
 def _copy_admission(streams: Streams, key: SessionKey) -> AdmissionState | None:

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from confluent_kafka import KafkaError, Message
 
-from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.engine import StepReport, StreamingEngine
 from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import EventType
 from pipeline.errors import InfrastructureError
@@ -126,7 +126,6 @@ class AsrWorker:
         # paused or stalled worker does not take its callers' silence for hang-ups.
         self._fetch_clock = FetchClock(FETCH_CLOCK_MAX_TICK_MS)
         self._audio_ms_since_step = 0.0
-        self._early_finals_seen = (0, 0)  # the engine's (decoded, used) counters, last read
         self._gpu = torch.cuda.is_available()
         self._last_gpu_sample_ms = 0
         self._faults = faults = Faults.of(worker.faults)
@@ -288,17 +287,17 @@ class AsrWorker:
         # Paused, the backlog cannot be read: decode, so that the finals drain and fetching resumes.
         reading_backlog = not self.status.paused and self._catching_up()
         if reading_backlog:
-            outputs = self._engine.step(max_jobs=0)  # VAD only: the backlog's decodes wait
+            report = self._engine.segment()  # the backlog's decodes wait
         else:
             caught_up = bool(self._handover.catch_up_partitions)
             self._handover.catch_up_partitions = frozenset()
-            outputs = self._engine.step(
+            report = self._engine.step(
                 max_jobs=self._worker.max_step_jobs,
                 partials=self._pacing.partials_this_step(),
                 partials_first=caught_up,
             )
-        self._observe_step(started)
-        self._router.route_step(outputs, self._engine.sessions)
+        self._observe_step(report, started)
+        self._router.route_step(report.outputs, self._engine.sessions)
         if not reading_backlog:  # a restored session's chunks may still lie ahead in the backlog
             self._close_idle_sessions()
         self._drain_notices()
@@ -379,24 +378,24 @@ class AsrWorker:
             first_fetch_s=CATCH_UP_FIRST_FETCH_S,
         )
 
-    def _observe_step(self, started: float) -> None:
-        """The step's metrics: VAD time, decode batch, early finals, and the GPU now and then."""
-        engine = self._engine
-        if engine.last_vad_s is not None:
-            self._metrics.observe_duration(DurationKind.VAD, engine.last_vad_s)
-        if engine.last_step_jobs:
+    def _observe_step(self, report: StepReport, started: float) -> None:
+        """The step's metrics: VAD time, decode batch, early finals, loops cut, and now and then
+        the GPU."""
+        if report.vad_s is not None:
+            self._metrics.observe_duration(DurationKind.VAD, report.vad_s)
+        if report.windows:
             self._metrics.observe_step(
-                engine.last_step_jobs,
+                report.windows,
                 time.perf_counter() - started,
                 self._audio_ms_since_step / 1000,
             )
             self._audio_ms_since_step = 0.0
-        counts = (engine.early_finals_decoded, engine.early_finals_used)
-        if counts != self._early_finals_seen:
-            (decoded, used), (seen_decoded, seen_used) = counts, self._early_finals_seen
-            self._metrics.count_early_finals(EarlyFinalOutcome.DECODED, decoded - seen_decoded)
-            self._metrics.count_early_finals(EarlyFinalOutcome.USED, used - seen_used)
-            self._early_finals_seen = counts
+        if report.early_finals_decoded:
+            self._metrics.count_early_finals(EarlyFinalOutcome.DECODED, report.early_finals_decoded)
+        if report.early_finals_used:
+            self._metrics.count_early_finals(EarlyFinalOutcome.USED, report.early_finals_used)
+        if report.loops_trimmed:
+            self._metrics.count_loops_trimmed(report.loops_trimmed)
         if self._gpu:
             now_ms = self._clock.now_ms()
             if now_ms - self._last_gpu_sample_ms >= self._settings.metrics.gpu_sample_interval_ms:

@@ -22,7 +22,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pipeline.asr.engine import EngineOutput, SessionEnded, StreamingEngine, Suppressed
+from pipeline.asr.engine import (
+    EngineOutput,
+    Resumed,
+    ResumePoint,
+    SessionEnded,
+    StepReport,
+    StreamingEngine,
+    Suppressed,
+)
 from pipeline.asr.factory import build_engine
 from pipeline.asr.guards import Guard, GuardConfig, check_hypothesis
 from pipeline.asr.recognizer import RecognitionRequest
@@ -86,12 +94,21 @@ def stream(
     calls: Sequence[CallAudio],
     chunk_ms: int = CHUNK_MS,
     watch: SessionKey | None = None,
+    reports: list[StepReport] | None = None,
 ) -> tuple[list[EngineOutput], list[tuple[int, SessionSnapshot]]]:
     """Feed every channel of every call chunk by chunk, together, as the transcribe command does.
 
     Returns the outputs and, for the ``watch`` session, its snapshot after every step where it
-    had one, with the end position (samples at the call's rate) of the audio it covers.
+    had one, with the end position (samples at the call's rate) of the audio it covers. Every
+    step's report is appended to ``reports`` when given.
     """
+
+    def step() -> StepReport:
+        report = engine.step()
+        if reports is not None:
+            reports.append(report)
+        return report
+
     outputs: list[EngineOutput] = []
     snapshots: list[tuple[int, SessionSnapshot]] = []
     position_ms = 0
@@ -110,14 +127,14 @@ def stream(
                         end_of_stream=last >= len(samples),
                     )
         position_ms += chunk_ms
-        outputs.extend(engine.step())
+        outputs.extend(step().outputs)
         snapshot = engine.snapshot(watch) if watch else None
         if snapshot is not None and snapshot.last_position is not None:
             snapshots.append((snapshot.last_position, snapshot))
     for _ in range(10):
         if not engine.sessions:
             break
-        outputs.extend(engine.step())
+        outputs.extend(step().outputs)
     assert not engine.sessions
     return outputs, snapshots
 
@@ -148,6 +165,7 @@ class Corpus:
     outputs: list[EngineOutput]
     # Snapshots of the split-pause file's session during the run (see ``stream``).
     pause_snapshots: list[tuple[int, SessionSnapshot]]
+    reports: list[StepReport]
 
     def finals(self, call_id: str) -> list[Final]:
         return finals_of(self.outputs, call_id)
@@ -195,7 +213,11 @@ def corpus(engine: StreamingEngine) -> Corpus:
     corpus_records = records(*CORPUS_KINDS)
     assert len(corpus_records) == sum(CORPUS_SIZE.values())
     calls = [load(r, call_id=r["id"]) for r in corpus_records]
-    return Corpus(*stream(engine, calls, watch=SessionKey(SPLIT_PAUSE, "mono")))
+    reports: list[StepReport] = []
+    outputs, snapshots = stream(
+        engine, calls, watch=SessionKey(SPLIT_PAUSE, "mono"), reports=reports
+    )
+    return Corpus(outputs, snapshots, reports)
 
 
 def corpus_wer(corpus: Corpus, kinds: Sequence[str]) -> WordErrors:
@@ -337,15 +359,16 @@ def test_finals_decoded_ahead_equal_finals_decoded_at_the_endpoint(
 ) -> None:
     """The corpus engine decodes finals ahead, in trailing silence (``early_final_ms``, on by
     default); an engine that decodes them at the endpoint gives the same finals."""
-    assert engine.early_finals_used > 0
+    assert sum(report.early_finals_used for report in corpus.reports) > 0
     at_endpoint = build_engine(
         AsrSettings(threads=2, partials=False, early_final_ms=0), ManualClock(EMIT_MS)
     ).engine
     assert at_endpoint.config.early_final_ms is None
     pauses = records("pause")
     assert len(pauses) == CORPUS_SIZE["pause"]
-    outputs, _ = stream(at_endpoint, [load(r, call_id=r["id"]) for r in pauses])
-    assert at_endpoint.early_finals_decoded == 0
+    reports: list[StepReport] = []
+    outputs, _ = stream(at_endpoint, [load(r, call_id=r["id"]) for r in pauses], reports=reports)
+    assert sum(report.early_finals_decoded for report in reports) == 0
     for record in pauses:
         finals = finals_of(outputs, record["id"])
         assert finals
@@ -409,15 +432,15 @@ def test_a_call_checkpointed_between_utterances_resumes_with_the_same_finals(
     restored = SessionSnapshot.from_dict(json.loads(json.dumps(snapshot.to_dict())))
     assert restored == snapshot
     key = SessionKey("resumed", "mono")
-    engine.restore(key, restored, finals_through=0)
+    assert engine.resume(key, ResumePoint(0, snapshot=restored)) is Resumed.WARM
     rest = load(by_id(SPLIT_PAUSE)).channels["mono"][position:]
     outputs: list[EngineOutput] = []
     chunk = CHUNK_MS * 16
     for start in range(0, len(rest), chunk):
         end_of_stream = start + chunk >= len(rest)
         engine.accept(key, rest[start : start + chunk], 16_000, end_of_stream=end_of_stream)
-        outputs.extend(engine.step())
-    outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
+    outputs.extend(engine.step().outputs)
     assert key not in engine.sessions
     resumed = finals_of(outputs, "resumed")
     assert [timing_view(f) for f in resumed] == [

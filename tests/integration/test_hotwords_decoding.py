@@ -191,7 +191,7 @@ def test_a_live_update_mid_call_biases_the_later_utterances_of_that_call_only(
     # First utterance of both calls: no list yet anywhere.
     engine.accept(acme, niamh, 16000, tenant="acme", flush=True)
     engine.accept(globex, niamh, 16000, tenant="globex", flush=True)
-    first = finals_of(engine.step())
+    first = finals_of(engine.step().outputs)
     assert "Niamh" not in first[("acme", "call-live")][0]
 
     monkeypatch.setenv("STREAMSCRIBE_HOTWORDS_KEY_PREFIX", prefix)
@@ -207,7 +207,7 @@ def test_a_live_update_mid_call_biases_the_later_utterances_of_that_call_only(
     # Second utterance, same calls: acme's call now has the list, globex never sees it.
     engine.accept(acme, niamh, 16000, tenant="acme", end_of_stream=True)
     engine.accept(globex, niamh, 16000, tenant="globex", end_of_stream=True)
-    second = finals_of(engine.step())
+    second = finals_of(engine.step().outputs)
     assert "Niamh" in second[("acme", "call-live")][0]
     assert "Niamh" not in second[("globex", "call-live")][0]
     assert registry.bias_for("globex", "call-live") is None

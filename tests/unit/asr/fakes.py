@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from typing import Any
 
+from pipeline.asr.engine import StepReport, StreamingEngine
 from pipeline.asr.recognizer import Recognition, RecognitionRequest, RecognizedWord
 
-__all__ = ["FakeRecognizer", "Script", "audio_words", "recognition"]
+__all__ = ["FakeRecognizer", "Script", "TalliedEngine", "audio_words", "recognition"]
 
 SAMPLES_PER_MS = 16
 WORD_MS = 250
@@ -98,3 +100,27 @@ class FakeRecognizer:
     @property
     def requests(self) -> list[RecognitionRequest]:
         return [request for call in self.calls for request in call]
+
+
+class TalliedEngine(StreamingEngine):
+    """The engine, unchanged, keeping every ``StepReport`` (tests count across steps)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reports: list[StepReport] = []
+
+    def step(
+        self, max_jobs: int | None = None, *, partials: bool = True, partials_first: bool = False
+    ) -> StepReport:
+        report = super().step(max_jobs, partials=partials, partials_first=partials_first)
+        self.reports.append(report)
+        return report
+
+    def segment(self) -> StepReport:
+        report = super().segment()
+        self.reports.append(report)
+        return report
+
+    def total(self, count: str) -> int:
+        """The sum of one of ``StepReport``'s counts over every step so far."""
+        return sum(getattr(report, count) for report in self.reports)

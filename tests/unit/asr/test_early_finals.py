@@ -20,7 +20,7 @@ from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final
 from pipeline.errors import ConfigError
-from tests.unit.asr.fakes import FakeRecognizer
+from tests.unit.asr.fakes import FakeRecognizer, TalliedEngine
 from tests.unit.asr.test_engine import (
     CHUNK,
     EMIT_MS,
@@ -43,7 +43,7 @@ def engine_with(early_final_ms: int | None, biases: object = None) -> StreamingE
         early_final_ms=early_final_ms,
     )
     fake = FakeRecognizer()
-    return StreamingEngine(fake, EnergyVad(), config, ManualClock(EMIT_MS), biases=biases)  # type: ignore[arg-type]
+    return TalliedEngine(fake, EnergyVad(), config, ManualClock(EMIT_MS), biases=biases)
 
 
 def recognizer_of(engine: StreamingEngine) -> FakeRecognizer:
@@ -74,14 +74,14 @@ def test_the_step_that_reaches_the_endpoint_publishes_the_final_without_decoding
     for start in range(0, len(audio), CHUNK):
         engine.accept(KEY, audio[start : start + CHUNK], RATE_HZ)
         calls_before = len(fake.calls)
-        step = engine.step()
+        step = engine.step().outputs
         if finals(step):
             calls_before_final = calls_before
             assert len(fake.calls) == calls_before  # no recognizer call in the final's step
         outputs.extend(step)
     assert calls_before_final is not None
     assert len(finals(outputs)) == 1
-    assert engine.early_finals_decoded == engine.early_finals_used == 1
+    assert engine.total("early_finals_decoded") == engine.total("early_finals_used") == 1
 
 
 def test_no_partials_are_decoded_in_trailing_silence_once_the_final_is_decoded_ahead() -> None:
@@ -123,8 +123,12 @@ def test_a_hotword_change_after_the_decode_ahead_decodes_the_final_again() -> No
     first = biases.current
     for start in range(0, len(audio), CHUNK):
         engine.accept(KEY, audio[start : start + CHUNK], RATE_HZ)
-        outputs.extend(engine.step())
-        if engine.early_finals_decoded == 1 and biases.current is first and not finals(outputs):
+        outputs.extend(engine.step().outputs)
+        if (
+            engine.total("early_finals_decoded") == 1
+            and biases.current is first
+            and not finals(outputs)
+        ):
             biases.current = Biases.make()  # the list changed after the decode ahead
     changed_to = biases.current
     assert changed_to is not first
@@ -132,22 +136,22 @@ def test_a_hotword_change_after_the_decode_ahead_decodes_the_final_again() -> No
     timed = [r for r in fake.requests if r.with_word_timings]
     # Decoded ahead once per bias in force; the final used the newest one.
     assert timed[-1].bias is changed_to
-    assert engine.early_finals_used == 1
-    assert engine.early_finals_decoded == 2
+    assert engine.total("early_finals_used") == 1
+    assert engine.total("early_finals_decoded") == 2
 
 
 def test_speech_resuming_after_the_decode_ahead_discards_it() -> None:
     engine = engine_with(300)
     got = finals(run(engine, signal(10, 40, 20, 40, 30)))  # a 640 ms pause: one utterance
     assert len(got) == 1
-    assert engine.early_finals_decoded == 2  # the first part (wasted) and the whole
-    assert engine.early_finals_used == 1
+    assert engine.total("early_finals_decoded") == 2  # the first part (wasted) and the whole
+    assert engine.total("early_finals_used") == 1
 
 
 def test_under_a_budget_decodes_ahead_take_the_finals_turn() -> None:
     engine, fake = budget_engine(600)
     feed_many(engine, 6, signal(10, 60, 40))
-    assert engine.early_finals_used == 6
+    assert engine.total("early_finals_used") == 6
     # Decodes ahead (with word timings) never share a batch with partials.
     assert all(len({r.with_word_timings for r in call}) == 1 for call in fake.calls)
 
@@ -166,9 +170,9 @@ def test_early_final_ms_beyond_the_endpoint_never_fires() -> None:
         endpoint=EndpointConfig(trailing_silence_ms=200, speech_pad_ms=PAD_MS),
         early_final_ms=300,
     )
-    engine = StreamingEngine(FakeRecognizer(), EnergyVad(), config, ManualClock(EMIT_MS))
+    engine = TalliedEngine(FakeRecognizer(), EnergyVad(), config, ManualClock(EMIT_MS))
     assert finals(run(engine, signal(10, 40, 30)))
-    assert engine.early_finals_decoded == 0
+    assert engine.total("early_finals_decoded") == 0
 
 
 def test_a_final_decoded_ahead_does_not_wait_for_other_sessions_decodes() -> None:
@@ -180,11 +184,12 @@ def test_a_final_decoded_ahead_does_not_wait_for_other_sessions_decodes() -> Non
         calls_before = len(fake.calls)
         engine.accept(a, short[start : start + CHUNK], RATE_HZ)
         engine.accept(b, long[start : start + CHUNK], RATE_HZ)
-        step = engine.step()
+        report = engine.step()
+        step = report.outputs
         if finals(step):
             # b's partial was due too; the final went out first, in a step without a decode.
             assert len(fake.calls) == calls_before
-            assert engine.last_step_jobs == 0
+            assert report.windows == 0
             assert engine.pending_jobs() >= 1
             return
     raise AssertionError("no final")

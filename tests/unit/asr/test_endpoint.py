@@ -90,6 +90,56 @@ def test_padded_input_counts_real_silence() -> None:
     assert decision.decided_at_samples == ms(1680)
 
 
+def test_a_start_pad_counts_toward_the_real_silence() -> None:
+    # End pad 60 ms, start pad 250 ms: a real 800 ms pause arrives as 490 ms of non-speech.
+    detector = EndpointDetector(EndpointConfig(speech_pad_ms=60, start_pad_ms=250))
+    detector.push(True, ms(1000))
+    assert detector.push(False, ms(489)) == ()
+    (decision,) = detector.push(False, ms(1))
+    assert decision.decided_at_samples == ms(1490)
+
+
+def test_a_long_utterance_ends_at_a_shorter_pause() -> None:
+    config = EndpointConfig(long_utterance_ms=10_000, long_silence_ms=200)
+    detector = EndpointDetector(config)
+    # Before 10 s of speech a 300 ms pause stays inside the utterance ...
+    detector.push(True, ms(6000))
+    assert detector.push(False, ms(300)) == ()
+    detector.push(True, ms(4000))
+    # ... after it, 200 ms end it, at its last speech sample, by the silence rule.
+    assert detector.push(False, ms(199)) == ()
+    (decision,) = detector.push(False, ms(1))
+    assert (decision.reason, decision.start_samples, decision.end_samples) == (
+        EndpointReason.SILENCE,
+        0,
+        ms(10_300),
+    )
+    assert decision.end_is_offset
+
+
+def test_the_long_utterance_pause_is_real_silence_and_at_least_a_sample() -> None:
+    padded = EndpointConfig(speech_pad_ms=60, start_pad_ms=60, long_utterance_ms=10_000)
+    assert padded.long_silence_rule_samples == ms(200 - 120)
+    wide = EndpointConfig(speech_pad_ms=60, start_pad_ms=250, long_utterance_ms=10_000)
+    assert wide.long_silence_rule_samples == 1
+    assert wide.silence_rule_for(ms(9_999)) == wide.silence_rule_samples
+    assert wide.silence_rule_for(ms(10_000)) == 1
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"long_utterance_ms": 20_000},
+        {"long_utterance_ms": 0},
+        {"long_silence_ms": 0},
+        {"speech_pad_ms": 300, "start_pad_ms": 500},
+    ],
+)
+def test_invalid_long_utterance_and_start_pad_rules_are_rejected(kwargs: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        EndpointConfig(**kwargs)
+
+
 def test_one_long_silence_run_decides_at_the_rule_not_at_the_run_end() -> None:
     detector = EndpointDetector()
     detector.push(True, ms(500))
@@ -250,6 +300,7 @@ _configs = st.builds(
     max_utterance_ms=st.sampled_from([1000, 3000, 20_000]),
     min_utterance_ms=st.sampled_from([0, 200]),
     speech_pad_ms=st.sampled_from([0, 30]),
+    long_utterance_ms=st.sampled_from([None, 500]),
 )
 
 

@@ -24,6 +24,8 @@ from pipeline.asr.endpoint import MAX_UTTERANCE_LIMIT_MS, EndpointConfig, Endpoi
 from pipeline.asr.engine import (
     EngineConfig,
     EngineOutput,
+    Resumed,
+    ResumePoint,
     SessionEnded,
     StreamingEngine,
     Suppressed,
@@ -38,7 +40,7 @@ from pipeline.clock import ManualClock
 from pipeline.contracts.messages import Final, Partial, to_json
 from pipeline.errors import ConfigError
 from tests.conftest import validate
-from tests.unit.asr.fakes import FakeRecognizer, audio_words, recognition
+from tests.unit.asr.fakes import FakeRecognizer, TalliedEngine, audio_words, recognition
 
 Audio = npt.NDArray[np.float32]
 
@@ -95,7 +97,7 @@ def make_engine(
         endpoint=EndpointConfig(max_utterance_ms=max_utterance_ms, speech_pad_ms=PAD_MS),
         emit_partials=partials,
     )
-    return StreamingEngine(fake, EnergyVad(), config, ManualClock(EMIT_MS)), fake
+    return TalliedEngine(fake, EnergyVad(), config, ManualClock(EMIT_MS)), fake
 
 
 def run(
@@ -114,9 +116,9 @@ def run(
         engine.accept(
             key, audio[start : start + chunk_samples], rate_hz, end_of_stream=end_of_stream and last
         )
-        outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
     if end_of_stream:
-        outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
         assert key not in engine.sessions
     return outputs
 
@@ -173,8 +175,8 @@ def test_a_pause_of_800_ms_or_more_splits_the_utterance(
     assert [len(r.audio) for r in final_requests(fake)] == [
         (end - start) * RATE_HZ // 1000 for start, end in [*decoded, *expected]
     ]
-    assert engine.early_finals_used == utterances
-    assert engine.early_finals_decoded == utterances + wasted_early_final
+    assert engine.total("early_finals_used") == utterances
+    assert engine.total("early_finals_decoded") == utterances + wasted_early_final
 
 
 def test_final_text_and_word_timings_come_from_the_recognizer() -> None:
@@ -303,11 +305,11 @@ def test_a_forced_final_closes_the_utterance_at_the_flush(step_between: bool) ->
     flush_at = 50 * FRAME  # 40 frames into the speech, on a frame boundary
     engine, fake = make_engine(partials=False)
     engine.accept(KEY, audio[:flush_at], RATE_HZ, flush=True)
-    outputs = engine.step() if step_between else []
+    outputs = engine.step().outputs if step_between else []
     if step_between:
         assert reasons(finals(outputs)) == [EndpointReason.FORCED]
     engine.accept(KEY, audio[flush_at:], RATE_HZ, end_of_stream=True)
-    outputs += engine.step()
+    outputs += engine.step().outputs
     got = finals(outputs)
     start, end = loud_spans_ms(*runs)[0]
     flush_ms = flush_at * 1000 // RATE_HZ
@@ -327,7 +329,7 @@ def test_a_flush_inside_a_vad_frame_keeps_the_finals_contiguous() -> None:
     engine, _ = make_engine(partials=False)
     engine.accept(KEY, audio[:flush_at], RATE_HZ, flush=True)
     engine.accept(KEY, audio[flush_at:], RATE_HZ, end_of_stream=True)
-    first, second = finals(engine.step())
+    first, second = finals(engine.step().outputs)
     flush_ms = flush_at * 1000 // RATE_HZ
     assert first.endpoint_reason is EndpointReason.FORCED
     # The flush settles on the last whole VAD frame before it.
@@ -338,7 +340,7 @@ def test_a_flush_inside_a_vad_frame_keeps_the_finals_contiguous() -> None:
 def test_a_flush_with_no_open_utterance_emits_nothing() -> None:
     engine, fake = make_engine()
     engine.accept(KEY, signal(30), RATE_HZ, flush=True)
-    assert engine.step() == []
+    assert engine.step().outputs == ()
     assert fake.calls == []
     assert engine.snapshot(KEY) is not None
 
@@ -349,7 +351,7 @@ def test_close_ends_an_idle_session_with_its_finals_then_session_ended() -> None
     assert finals(outputs) == []
     assert engine.snapshot(KEY) is None  # an utterance is open
     engine.close(KEY)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert [type(o) for o in outputs] == [Final, SessionEnded]
     final = outputs[0]
     assert isinstance(final, Final)
@@ -357,15 +359,15 @@ def test_close_ends_an_idle_session_with_its_finals_then_session_ended() -> None
     assert (final.start_ms, final.end_ms) == (10 * FRAME_MS - PAD_MS, 50 * FRAME_MS + PAD_MS)
     assert KEY not in engine.sessions
     engine.close(KEY)  # an unknown session: nothing happens
-    assert engine.step() == []
+    assert engine.step().outputs == ()
 
 
 def test_close_of_a_quiet_session_ends_it_without_a_final() -> None:
     engine, fake = make_engine()
     run(engine, signal(40), end_of_stream=False)
     engine.close(KEY)
-    outputs = engine.step()
-    assert outputs == [SessionEnded(KEY, "default", 40 * FRAME_MS, 0, 0, 0)]
+    outputs = engine.step().outputs
+    assert outputs == (SessionEnded(KEY, "default", 40 * FRAME_MS, 0, 0, 0),)
     assert fake.calls == []
 
 
@@ -535,8 +537,8 @@ def test_finals_tile_the_speech_in_order_whatever_the_chunking(
             end = positions[i] + chunks[i]
             engine.accept(key, audio[positions[i] : end], RATE_HZ, end_of_stream=end >= len(audio))
             positions[i] = end
-        outputs.extend(engine.step())
-    outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
+    outputs.extend(engine.step().outputs)
     assert engine.sessions == {}
     for key, audio, runs in zip(keys, audios, (runs_a, runs_b), strict=True):
         got = finals(outputs, key)
@@ -564,7 +566,7 @@ def test_one_step_serves_every_due_session_in_bounded_batches() -> None:
     for key in keys:
         engine.accept(key, signal(10, 40, 30), RATE_HZ)
     assert engine.pending_jobs() == 0  # the VAD has not run yet
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert fake.batch_sizes == [2, 2, 1]
     assert {(f.call_id, f.channel) for f in finals(outputs)} == {tuple(k) for k in keys}
     assert engine.pending_jobs() == 0
@@ -596,7 +598,7 @@ def test_a_step_that_fails_on_a_later_batch_hands_out_nothing_and_keeps_every_jo
         engine.step()
     assert engine.pending_finals() == 2
     assert all(engine.sessions[key].finals_through == -1 for key in keys)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert {(f.call_id, f.utterance_index) for f in finals(outputs)} == {
         ("call-0", 0),
         ("call-1", 0),
@@ -623,7 +625,7 @@ def test_a_replay_that_segments_finalized_audio_differently_skips_it_by_position
     assert [f.utterance_index for f in live] == [0, 1, 2]
     replay = _drifted_engine(500)  # hears the dip as an endpoint
     assert len(finals(run(_drifted_engine(500), audio))) == 4
-    replay.expect(KEY, 1, finals_end_ms=live[1].end_ms)
+    replay.resume(KEY, ResumePoint(1, live[1].end_ms))
     replayed = finals(run(replay, audio))
     assert [(f.utterance_index, f.start_ms, f.end_ms) for f in replayed] == [
         (2, live[2].start_ms, live[2].end_ms)
@@ -636,7 +638,7 @@ def test_a_replayed_utterance_straddling_the_finalized_audio_keeps_only_what_fol
     audio = signal(10, 40, 30, 40, 30)
     live = finals(run(_drifted_engine(800), audio))
     replay = _drifted_engine(800)
-    replay.expect(KEY, 0, finals_end_ms=live[0].end_ms - 64)  # the replay's cut is 64 ms later
+    replay.resume(KEY, ResumePoint(0, live[0].end_ms - 64))  # the replay's cut is 64 ms later
     replayed = finals(run(replay, audio))
     assert [f.utterance_index for f in replayed] == [1]
     assert replayed[0].start_ms == live[1].start_ms
@@ -650,7 +652,7 @@ def test_skipping_by_position_keeps_a_short_piece_past_the_finalized_audio() -> 
     assert len(live) == 2
     assert live[1].end_ms - live[1].start_ms < 200
     engine, _ = make_engine(max_utterance_ms=1000)
-    engine.expect(KEY, -1, finals_end_ms=0)
+    engine.resume(KEY, ResumePoint(-1, 0))
     assert spans(finals(run(engine, audio))) == spans(live)
 
 
@@ -659,10 +661,10 @@ def test_max_jobs_bounds_a_step_and_leaves_the_rest_due() -> None:
     keys = [SessionKey(f"call-{i}", "mono") for i in range(3)]
     for key in keys:
         engine.accept(key, signal(10, 40, 30), RATE_HZ)
-    first = engine.step(max_jobs=1)
+    first = engine.step(max_jobs=1).outputs
     assert len(finals(first)) == 1
     assert engine.pending_jobs() == 2
-    second = engine.step()
+    second = engine.step().outputs
     assert len(finals(second)) == 2
     assert fake.batch_sizes == [1, 2]
     assert engine.pending_jobs() == 0
@@ -673,7 +675,7 @@ def test_finals_are_decoded_before_partials() -> None:
     ongoing, ending = SessionKey("call-ongoing", "mono"), SessionKey("call-ending", "mono")
     engine.accept(ongoing, signal(10, 60), RATE_HZ)  # speech still going: a partial is due
     engine.accept(ending, signal(10, 40, 30), RATE_HZ)  # closed by silence: a final is due
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert [type(o) for o in outputs] == [Final, Partial]
     [call] = fake.calls
     assert [r.with_word_timings for r in call] == [True, False]
@@ -684,10 +686,10 @@ def test_a_step_without_partials_decodes_finals_only_and_keeps_partials_due() ->
     ongoing, ending = SessionKey("call-ongoing", "mono"), SessionKey("call-ending", "mono")
     engine.accept(ongoing, signal(10, 60), RATE_HZ)
     engine.accept(ending, signal(10, 40, 30), RATE_HZ)
-    assert [type(o) for o in engine.step(partials=False)] == [Final]
+    assert [type(o) for o in engine.step(partials=False).outputs] == [Final]
     assert engine.pending_finals() == 0
     assert engine.pending_jobs() == 1  # the partial is still due
-    assert [type(o) for o in engine.step()] == [Partial]
+    assert [type(o) for o in engine.step().outputs] == [Partial]
     assert [len(call) for call in fake.calls] == [1, 1]
 
 
@@ -707,7 +709,7 @@ def test_an_empty_end_of_stream_chunk_ends_the_session() -> None:
     engine.accept(KEY, signal(10, 40, 5), RATE_HZ)
     engine.step()
     engine.accept(KEY, np.zeros(0, dtype=np.float32), RATE_HZ, end_of_stream=True)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert [type(o) for o in outputs] == [Final, SessionEnded]
     assert reasons(finals(outputs)) == [EndpointReason.END_OF_STREAM]
     assert KEY not in engine.sessions
@@ -724,8 +726,8 @@ def test_sessions_do_not_influence_each_other() -> None:
                 end = start + CHUNK
                 engine_chunk = audio[start:end]
                 together.accept(key, engine_chunk, RATE_HZ, end_of_stream=end >= len(audio))
-        outputs.extend(together.step())
-    outputs.extend(together.step())
+        outputs.extend(together.step().outputs)
+    outputs.extend(together.step().outputs)
     for key, audio in ((key_a, audio_a), (key_b, audio_b)):
         alone, _ = make_engine()
         alone_outputs = run(alone, audio, key=key)
@@ -754,7 +756,7 @@ def scripted_final(result: Recognition) -> Callable[[RecognitionRequest], Recogn
         (recognition(["you"] * 3, compression_ratio=3.1), Guard.COMPRESSION_RATIO),
         (recognition(["you"], no_speech_prob=0.9, avg_logprob=-1.5), Guard.NO_SPEECH),
         (recognition(["you"], no_speech_prob=0.99, avg_logprob=-0.67), Guard.NO_SPEECH),
-        (recognition(["you"], avg_logprob=-1.5), Guard.LOW_LOGPROB),
+        (recognition(["you"], avg_logprob=-1.6), Guard.LOW_LOGPROB),
     ],
     ids=["compression", "no-speech", "certain-no-speech", "logprob"],
 )
@@ -842,7 +844,7 @@ def test_latency_is_measured_from_the_capture_time_of_the_endpoint_audio() -> No
             KEY, audio[start : start + CHUNK], RATE_HZ, capture_ms=capture_start_ms + start // 16
         )
         clock.advance(100)
-        outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
     [final] = finals(outputs)
     # The silence rule fires 800 ms of real silence after the last loud frame; the position it
     # reports lies one speech pad earlier (the gate settles silence a pad behind its input).
@@ -860,7 +862,7 @@ def test_a_snapshot_exists_only_between_utterances() -> None:
     seen: list[bool] = []
     for start in range(0, len(audio), CHUNK):
         engine.accept(KEY, audio[start : start + CHUNK], RATE_HZ)
-        outputs = engine.step()
+        outputs = engine.step().outputs
         snapshot = engine.snapshot(KEY)
         seen.append(snapshot is not None)
         if finals(outputs):
@@ -905,24 +907,25 @@ def test_a_session_restored_from_a_snapshot_continues_exactly(
         uninterrupted.accept(
             KEY, samples, rate, capture_ms=1000 * i, position=i, end_of_stream=i == last
         )
-        outputs_after.append(uninterrupted.step())
+        outputs_after.append(uninterrupted.step().outputs)
         snapshot = uninterrupted.snapshot(KEY)
         if snapshot is not None and i < last:
             snapshots.append((i, snapshot))
-    outputs_after.append(uninterrupted.step())
+    outputs_after.append(uninterrupted.step().outputs)
     if not snapshots:
         return
     at, snapshot = snapshots[int(cut * (len(snapshots) - 1))]
     assert snapshot.last_position == at
     restored, _ = make_engine()
-    restored.restore(KEY, snapshot_round_trip(snapshot), finals_through=snapshot.next_index - 1)
+    resumed = ResumePoint(snapshot.next_index - 1, snapshot=snapshot_round_trip(snapshot))
+    assert restored.resume(KEY, resumed) is Resumed.WARM
     resumed: list[EngineOutput] = []
     for i in range(at + 1, len(chunks)):
         restored.accept(
             KEY, chunks[i], rate, capture_ms=1000 * i, position=i, end_of_stream=i == last
         )
-        resumed.extend(restored.step())
-    resumed.extend(restored.step())
+        resumed.extend(restored.step().outputs)
+    resumed.extend(restored.step().outputs)
     assert resumed == [o for outs in outputs_after[at + 1 :] for o in outs]
 
 
@@ -932,7 +935,7 @@ def test_expect_skips_what_was_finalized_before_a_replay() -> None:
     outputs = run(original, audio)
     assert len(finals(outputs)) == 3
     replay, fake = make_engine()
-    replay.expect(KEY, 1)
+    replay.resume(KEY, ResumePoint(1))
     replayed = run(replay, audio)
     assert finals(replayed) == finals(outputs)[2:]
     assert partials(replayed) == [p for p in partials(outputs) if p.utterance_index == 2]
@@ -959,26 +962,26 @@ def test_finals_emitted_after_the_snapshot_are_not_emitted_again() -> None:
             break
     assert snapshot is not None
     restored, fake = make_engine()
-    restored.restore(KEY, snapshot, finals_through=1)
+    restored.resume(KEY, ResumePoint(1, snapshot=snapshot))
     replayed: list[EngineOutput] = []
     for i in range(at + 1, len(chunks)):
         restored.accept(KEY, chunks[i], RATE_HZ, end_of_stream=i == len(chunks) - 1)
-        replayed.extend(restored.step())
-    replayed.extend(restored.step())
+        replayed.extend(restored.step().outputs)
+    replayed.extend(restored.step().outputs)
     assert finals(replayed) == finals(outputs)[2:]
     assert partials(replayed) == [p for p in partials(outputs) if p.utterance_index == 2]
     assert len(final_requests(fake)) == 1
 
 
-@pytest.mark.parametrize("path", ["expect", "restore"])
+@pytest.mark.parametrize("path", ["replay", "snapshot"])
 def test_session_ended_counts_the_utterances_finalized_before_a_failover(path: str) -> None:
     """``session_ended`` describes the whole stream, also when its owner changed mid-call."""
     audio = signal(10, 40, 30, 40, 30, 40, 30)
     original, _ = make_engine()
     outputs = run(original, audio)
     replay, _ = make_engine()
-    if path == "expect":
-        replay.expect(KEY, 1)
+    if path == "replay":
+        replay.resume(KEY, ResumePoint(1))
         replayed = run(replay, audio)
     else:
         # The newest snapshot is from before the first utterance (taken in the leading quiet).
@@ -987,7 +990,7 @@ def test_session_ended_counts_the_utterances_finalized_before_a_failover(path: s
         probe.step()
         snapshot = probe.snapshot(KEY)
         assert snapshot is not None
-        replay.restore(KEY, snapshot, finals_through=1)
+        replay.resume(KEY, ResumePoint(1, snapshot=snapshot))
         replayed = run(replay, audio[5 * FRAME :])
     assert finals(replayed) == finals(outputs)[2:]
     assert replayed[-1] == outputs[-1]
@@ -1003,7 +1006,7 @@ def test_a_vad_state_that_does_not_fit_restarts_the_vad_cold() -> None:
     assert snapshot is not None
     foreign = dataclasses.replace(snapshot, vad_state=((7.0,) * 256, (0.0,) * 64))
     restored, _ = make_engine()
-    restored.restore(KEY, foreign, finals_through=-1)
+    assert restored.resume(KEY, ResumePoint(-1, snapshot=foreign)) is Resumed.WARM
     session = restored.sessions[KEY]
     assert session.total_samples == snapshot.total_samples
     assert session.vad_state.frames_processed == 0  # EnergyVad's initial state
@@ -1011,12 +1014,23 @@ def test_a_vad_state_that_does_not_fit_restarts_the_vad_cold() -> None:
     assert [f.utterance_index for f in finals(outputs)] == [0]
 
 
-def test_an_expected_session_continues_the_numbering_and_times_it_is_given() -> None:
+def test_an_unusable_snapshot_resumes_cold_continuing_the_numbering_and_times() -> None:
+    # The snapshot released the records before it: the session begins afresh where it ended,
+    # its utterances numbered after the snapshot's and timed from the call's start.
     audio = signal(10, 40, 30, 40, 30)
     plain, _ = make_engine()
     from_start = finals(run(plain, audio))
+    probe, _ = make_engine()
+    probe.accept(KEY, signal(10), RATE_HZ)
+    probe.step()
+    snapshot = probe.snapshot(KEY)
+    assert snapshot is not None
+    broken = dataclasses.replace(
+        snapshot, tail=("not a sample",), next_index=3, total_samples=10 * RATE_HZ
+    )
     engine, _ = make_engine()
-    engine.expect(KEY, finals_through=2, next_index=3, start_samples=10 * RATE_HZ)
+    assert engine.resume(KEY, ResumePoint(2, snapshot=broken)) is Resumed.COLD
+    assert engine.knows(KEY)
     resumed = finals(run(engine, audio))
     assert [f.utterance_index for f in resumed] == [3, 4]
     assert [(f.start_ms, f.end_ms) for f in resumed] == [
@@ -1039,8 +1053,8 @@ def test_drop_forgets_a_session_and_its_expectation() -> None:
     engine.step()
     engine.drop(KEY)
     assert KEY not in engine.sessions
-    assert engine.step() == []
-    engine.expect(KEY, 5)
+    assert engine.step().outputs == ()
+    engine.resume(KEY, ResumePoint(5))
     engine.drop(KEY)
     assert [f.utterance_index for f in finals(run(engine, signal(10, 40, 30)))] == [0]
 
@@ -1068,7 +1082,7 @@ def budget_engine(budget_ms: int | None) -> tuple[StreamingEngine, CostlyRecogni
         endpoint=EndpointConfig(speech_pad_ms=PAD_MS),
         step_budget_ms=budget_ms,
     )
-    engine = StreamingEngine(
+    engine = TalliedEngine(
         fake, EnergyVad(), config, ManualClock(EMIT_MS), timer=lambda: fake.now_s
     )
     return engine, fake
@@ -1086,9 +1100,9 @@ def feed_many(engine: StreamingEngine, sessions: int, audio: Audio) -> list[Engi
                 RATE_HZ,
                 end_of_stream=last,
             )
-        outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
     while engine.sessions:
-        outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
     return outputs
 
 
@@ -1149,10 +1163,10 @@ def test_max_jobs_zero_runs_the_vad_only_and_keeps_every_decode_due() -> None:
     engine, fake = make_engine()
     audio = signal(10, 40, 30, 40, 10)
     engine.accept(KEY, audio, RATE_HZ)
-    assert engine.step(max_jobs=0) == []
+    assert engine.segment().outputs == ()
     assert fake.calls == []
     assert engine.pending_finals() == 1  # the first utterance ended in the backlog
-    assert finals(engine.step())  # decoded by the next ordinary step
+    assert finals(engine.step().outputs)  # decoded by the next ordinary step
 
 
 def test_partials_first_lets_the_live_partials_go_before_a_backlogs_finals() -> None:
@@ -1160,11 +1174,11 @@ def test_partials_first_lets_the_live_partials_go_before_a_backlogs_finals() -> 
     a, b = SessionKey("call-a", "mono"), SessionKey("call-b", "mono")
     engine.accept(a, signal(10, 40, 40), RATE_HZ)  # a backlog whose utterance ended
     engine.accept(b, signal(10, 60), RATE_HZ)  # a backlog still speaking
-    engine.step(max_jobs=0)
-    first = engine.step(partials_first=True)
+    engine.segment()
+    first = engine.step(partials_first=True).outputs
     assert partials(first)
     assert not finals(first)
-    assert finals(engine.step())  # the backlog's final comes next
+    assert finals(engine.step().outputs)  # the backlog's final comes next
 
 
 def test_a_max_length_cut_inside_the_end_of_stream_padding_makes_no_empty_final() -> None:
@@ -1184,9 +1198,9 @@ def test_speech_going_on_after_a_forced_final_is_transcribed_however_short() -> 
     force_at = 57 * FRAME  # 96 ms of speech still to come after the flush
     engine, fake = make_engine()
     engine.accept(KEY, audio[:force_at], RATE_HZ, flush=True)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     engine.accept(KEY, audio[force_at:], RATE_HZ, end_of_stream=True)
-    outputs += engine.step() + engine.step()
+    outputs += engine.step().outputs + engine.step().outputs
     got = finals(outputs)
     assert [(f.start_ms, f.end_ms, f.endpoint_reason) for f in got] == [
         (10 * FRAME_MS - PAD_MS, 57 * FRAME_MS, EndpointReason.FORCED),
@@ -1203,9 +1217,9 @@ def test_a_forced_final_after_speech_ended_keeps_its_end_pad() -> None:
     audio = signal(10, 50, 40)
     engine, _ = make_engine()
     engine.accept(KEY, audio[: 62 * FRAME], RATE_HZ, flush=True)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     engine.accept(KEY, audio[62 * FRAME :], RATE_HZ, end_of_stream=True)
-    outputs += engine.step() + engine.step()
+    outputs += engine.step().outputs + engine.step().outputs
     [final] = finals(outputs)
     assert (final.start_ms, final.end_ms, final.endpoint_reason) == (
         10 * FRAME_MS - PAD_MS,

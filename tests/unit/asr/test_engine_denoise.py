@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from pipeline.asr.engine import SessionEnded, StreamingEngine
+from pipeline.asr.engine import ResumePoint, SessionEnded, StreamingEngine
 from pipeline.asr.vad import EnergyVad
 from pipeline.clock import ManualClock
 from tests.unit.asr.fakes import FakeRecognizer
@@ -45,7 +45,7 @@ def test_a_snapshot_of_a_plain_owner_is_restored_with_rnnoise_started_cold() -> 
     assert snapshot is not None
     assert snapshot.next_index == 1
     other = _denoising()
-    other.restore(KEY, snapshot, finals_through=0)
+    other.resume(KEY, ResumePoint(0, snapshot=snapshot))
     session = other.sessions[KEY]
     assert (session.next_index, session.total_samples) == (1, snapshot.total_samples)
     more = signal(20)

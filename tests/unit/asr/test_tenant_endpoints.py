@@ -54,7 +54,10 @@ def test_engine_config_builds_each_tenant_rule_on_the_process_defaults() -> None
     )
     config = engine_config(settings.asr)
     assert config.endpoint_for("patient") == EndpointConfig(
-        trailing_silence_ms=2000, max_utterance_ms=15000, speech_pad_ms=60
+        trailing_silence_ms=2000,
+        max_utterance_ms=15000,
+        speech_pad_ms=60,
+        start_pad_ms=settings.asr.speech_start_pad_ms,
     )
     assert config.endpoint_for("brisk").max_utterance_ms == 8000
     assert config.endpoint_for("anyone-else") is config.endpoint
@@ -85,8 +88,8 @@ def test_each_session_follows_its_tenant_rules() -> None:
             engine.accept(
                 key, audio[start : start + CHUNK], 16_000, tenant=tenant, end_of_stream=last
             )
-        outputs.extend(engine.step())
-    outputs.extend(engine.step())
+        outputs.extend(engine.step().outputs)
+    outputs.extend(engine.step().outputs)
     assert [f.endpoint_reason for f in finals(outputs, keys["default"])] == [
         EndpointReason.SILENCE,
         EndpointReason.SILENCE,

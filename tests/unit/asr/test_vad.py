@@ -54,6 +54,22 @@ def test_speech_is_padded_on_both_sides() -> None:
     assert speech(run_gate(probs)) == [(10 * FRAME - PAD, 30 * FRAME + PAD)]
 
 
+def test_a_start_pad_widens_only_the_start() -> None:
+    config = SpeechGateConfig(start_pad_ms=250)
+    probs = [0.0] * 20 + [0.9] * 20 + [0.0] * 10
+    assert speech(run_gate(probs, config)) == [(20 * FRAME - 4000, 40 * FRAME + PAD)]
+
+
+def test_a_start_pad_never_reaches_into_earlier_speech() -> None:
+    # 160 ms between two runs: the second's 250 ms pre-roll stops where the first's pad ends.
+    gate = SpeechGate(SpeechGateConfig(start_pad_ms=250))
+    probs = [0.9] * 20 + [0.0] * 5 + [0.9] * 20 + [0.0] * 10
+    spans = [span for prob in probs for span in gate.push(prob)] + list(gate.flush())
+    starts = [span.start_samples for span in spans if span.is_speech]
+    assert 20 * FRAME + PAD in starts
+    assert speech(merge(spans)) == [(0, 45 * FRAME + PAD)]
+
+
 def test_start_pad_stops_at_the_stream_start() -> None:
     assert speech(run_gate([0.9] * 20 + [0.0] * 10)) == [(0, 20 * FRAME + PAD)]
 
@@ -157,6 +173,7 @@ _gate_configs = st.builds(
     min_speech_ms=st.sampled_from([0, 30, 250]),
     min_silence_ms=st.sampled_from([60, 100, 500]),
     speech_pad_ms=st.sampled_from([0, 30, 60]),
+    start_pad_ms=st.sampled_from([None, 0, 250]),
 )
 
 

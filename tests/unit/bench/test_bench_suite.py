@@ -234,7 +234,7 @@ def test_noop_engine_counts_chunks_decodes_nothing_and_ends_sessions() -> None:
     speech = (0.3 * np.sin(np.arange(320) / 3)).astype(np.float32)
     for index in range(100):
         engine.accept(key, speech, 16_000, capture_ms=index * 20, end_of_stream=index == 99)
-    outputs = engine.step()
+    outputs = engine.step().outputs
     assert engine.accepted == 100
     assert [type(o) for o in outputs] == [SessionEnded]
     assert not engine.sessions

@@ -12,7 +12,7 @@ import pytest
 from bench import engine_concurrency
 from bench.engine_concurrency import notes, plot
 from bench.transport import NoopRecognizer
-from pipeline.asr.engine import StreamingEngine
+from pipeline.asr.engine import StepReport, StreamingEngine
 from pipeline.asr.factory import engine_config
 from pipeline.asr.vad import EnergyVad
 from pipeline.settings import AsrSettings
@@ -81,8 +81,8 @@ def test_memory_sampling_can_be_off(monkeypatch: pytest.MonkeyPatch) -> None:
 class StuckEngine(StreamingEngine):
     """Takes audio, never steps: its sessions never end."""
 
-    def step(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return []
+    def step(self, *args: Any, **kwargs: Any) -> StepReport:
+        return StepReport()
 
 
 def test_a_level_that_cannot_drain_ends_at_its_deadline_and_says_so() -> None:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from pipeline.asr.engine import StepReport
 from pipeline.asr.session import SessionKey
 from pipeline.cli import main, transcribe
 from pipeline.text import format_span_ms
@@ -30,9 +31,9 @@ class _Engine:
         self.tenants.add(chunk["tenant"])
         self.chunks.append((key, len(samples), chunk["end_of_stream"]))
 
-    def step(self) -> list[object]:
+    def step(self) -> StepReport:
         self.steps.append(len(self.chunks))
-        return []
+        return StepReport()
 
 
 class _Pacer:

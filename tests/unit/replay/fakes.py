@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from pipeline.asr.engine import EngineOutput, SessionEnded
+from pipeline.asr.engine import EngineOutput, SessionEnded, StepReport
 from pipeline.asr.session import SessionKey
 from pipeline.clock import Clock
 from pipeline.contracts import AudioChunk, Encoding, EndpointReason, Final, encode_chunk
@@ -87,7 +87,7 @@ class FakeEngine:
         if key in self._sessions:
             self._sessions[key].end_pending = True
 
-    def step(self, max_jobs: int | None = None) -> list[EngineOutput]:
+    def step(self, max_jobs: int | None = None) -> StepReport:
         self.steps.append(self.clock.now_ms())
         outputs: list[EngineOutput] = []
         for key, session in list(self._sessions.items()):
@@ -101,7 +101,7 @@ class FakeEngine:
                     )
                 )
                 del self._sessions[key]
-        return outputs
+        return StepReport(tuple(outputs))
 
     def _final(self, key: SessionKey, session: _FakeSession, end: bool) -> Final:
         start, stop = session.utterance_start, session.samples

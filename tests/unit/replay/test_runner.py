@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pipeline.asr.engine import EngineOutput
+from pipeline.asr.engine import StepReport
 from pipeline.asr.session import SessionKey
 from pipeline.contracts import RejectReason
 from pipeline.contracts.messages import Final, Word
@@ -264,13 +264,15 @@ def test_a_call_begun_before_the_range_has_no_missing_chunks_for_it() -> None:
 class _CardEngine(FakeEngine):
     """Its finals read a card number (the words a worker's engine would give)."""
 
-    def step(self, max_jobs: int | None = None) -> list[EngineOutput]:
+    def step(self, max_jobs: int | None = None) -> StepReport:
         text = "card 4111 1111 1111 1111"
         words = tuple(Word(word, 10 * i, 10 * (i + 1), 0.9) for i, word in enumerate(text.split()))
-        return [
-            replace(output, text=text, words=words) if isinstance(output, Final) else output
-            for output in super().step(max_jobs)
-        ]
+        return StepReport(
+            tuple(
+                replace(output, text=text, words=words) if isinstance(output, Final) else output
+                for output in super().step(max_jobs).outputs
+            )
+        )
 
 
 def test_a_replay_redacts_its_finals_as_the_worker_publishes_them() -> None:

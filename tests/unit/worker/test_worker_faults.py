@@ -230,7 +230,7 @@ def test_partitions_lost_rewind_the_partitions_kept(monkeypatch: Any) -> None:
     worker.status.assigned = frozenset({0, 1})
     for record in records:
         worker._handle(record)
-    for output in worker._engine.step():
+    for output in worker._engine.step().outputs:
         worker._router.route(output)
     assert worker._staging.outbox.records  # A's final is staged
     worker._handover.on_lost(consumer, [TopicPartition("audio.chunks", 1)])

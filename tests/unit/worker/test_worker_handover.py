@@ -274,18 +274,18 @@ def test_a_chunk_after_an_idle_close_is_dead_lettered_not_fed_to_the_closed_stre
     key = SessionKey("c1", "mono")
     for seq in range(50):  # 1 s of speech, the utterance open
         worker._handle(_chunk("c1", seq, seq, loud=True))
-    worker._engine.step(max_jobs=0)
+    worker._engine.segment()
     worker._tick_fetch_clock()
     # No record at all (a lone call): closed after the quiet-partition timeout.
     for _ in range(worker._worker.quiet_idle_timeout_ms // 500 + 2):
         clock.advance(500)
         worker._tick_fetch_clock()
     worker._close_idle_sessions()
-    worker._engine.step(max_jobs=0)  # the stream is closed; its final not decoded yet
+    worker._engine.segment()  # the stream is closed; its final not decoded yet
     assert worker._engine.sessions[key].ended
     worker._handle(_chunk("c1", 50, 50, loud=True))  # the caller was not gone after all
     for _ in range(3):
-        for output in worker._engine.step():
+        for output in worker._engine.step().outputs:
             worker._router.route(output)
     worker._commit()
     assert _finals(producer) == [0]

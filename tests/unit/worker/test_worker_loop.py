@@ -13,7 +13,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from prometheus_client import CollectorRegistry
 
-from pipeline.asr.engine import EngineConfig, StreamingEngine
+from pipeline.asr.engine import EngineConfig, StepReport, StreamingEngine
 from pipeline.asr.recognizer import Recognition
 from pipeline.asr.session import SessionKey
 from pipeline.asr.vad import EnergyVad
@@ -257,7 +257,7 @@ def _run(worker: AsrWorker, messages: list[_Message]) -> None:
     for message in messages:
         worker._handle(message)
     for _ in range(3):
-        for output in worker._engine.step():
+        for output in worker._engine.step().outputs:
             worker._router.route(output)
     worker._commit()
 
@@ -371,7 +371,7 @@ def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
     for seq in range(60):  # 1.2 s of "speech" on three calls: a partial due on each
         for n in range(3):
             worker._handle(_chunk(f"call-{n}", seq, 3 * seq + n))
-    worker._engine.step(max_jobs=0)  # VAD only
+    worker._engine.segment()  # VAD only
     assert len(worker._engine.due_partials()) == 3
     # Five loop iterations while thinning, without decoding: every other one sheds partials,
     # and the same three partials wait throughout.
@@ -384,6 +384,26 @@ def test_a_partial_left_waiting_by_thinning_is_counted_once() -> None:
     ]
     assert worker.status.thinning
     assert registry.get_sample_value("asr_partials_thinned_total") == 3
+
+
+def test_each_steps_report_becomes_the_engine_metrics() -> None:
+    # The engine reports what a step did (StepReport); the loop counts it as it comes, with
+    # nothing read off the engine afterwards.
+    registry = CollectorRegistry()
+    worker, _ = _worker(ManualClock(1_000_000), EnergyVad(), registry)
+    reports = iter(
+        [
+            StepReport(vad_s=0.01, windows=2, early_finals_decoded=1, loops_trimmed=1),
+            StepReport(early_finals_used=1, loops_trimmed=2),
+        ]
+    )
+    worker._engine.step = lambda *args, **kwargs: next(reports)  # type: ignore[method-assign]
+    worker._iteration()
+    worker._iteration()
+    assert registry.get_sample_value("asr_loops_trimmed_total") == 3
+    for outcome in ("decoded", "used"):
+        assert registry.get_sample_value("asr_early_finals_total", {"outcome": outcome}) == 1
+    assert registry.get_sample_value("asr_batch_size_count") == 1  # windows decoded once
 
 
 def _speaking(calls: int, seconds: int) -> list[_Message]:
