@@ -60,8 +60,11 @@ PHONE = Value("phone", ("4155552671", "5552671", "2671"))
 EMAIL = Value("email", ("smith", "example"))
 PCI_VALUES = (CARD, CARD_WORDS, CVV, EXPIRY)
 
-# Each voice reads half of the values (the CPU time of the test stays within reach of a shared
-# machine): the card read in groups with a pause at 16 kHz, the one read as words at 8 kHz.
+# Each voice reads some of the values (the CPU time of the test stays within reach of a shared
+# machine): the card read in groups with a pause at 16 kHz, SSN and phone at 8 kHz, the card read
+# as words at 16 kHz. At 8 kHz tiny.en writes that last one as "The content are in 4.2.6." (no
+# cue, three digits: nothing there to redact or to leak), so it would test the recognizer, not
+# the redaction.
 PROTECTED_A = (
     Segment("Hi, I would like to pay my bill."),
     Segment("My card number is 4 5 3 9, 1 4 8 8,", CARD, SPLIT_PAUSE_MS),
@@ -71,13 +74,15 @@ PROTECTED_A = (
     Segment("My email address is john dot smith at example dot com.", EMAIL),
 )
 PROTECTED_B = (
+    Segment("My social security number is 0 7 8, 0 5, 1 1 2 0.", SSN),
+    Segment("My phone number is 4 1 5, 5 5 5, 2 6 7 1.", PHONE),
+)
+PROTECTED_C = (
     Segment(
         "The card number is four five two six, oh one eight one, five nine oh eight, "
         "three oh one two.",
         CARD_WORDS,
     ),
-    Segment("My social security number is 0 7 8, 0 5, 1 1 2 0.", SSN),
-    Segment("My phone number is 4 1 5, 5 5 5, 2 6 7 1.", PHONE),
 )
 CLEAN = (
     Segment("I ordered two items last week, order 12."),
@@ -87,6 +92,7 @@ CLEAN = (
 VOICES = (
     ("en-us", 140, 16_000, PROTECTED_A),
     ("en-gb-x-rp", 140, 8_000, PROTECTED_B),
+    ("en-gb-x-rp", 140, 16_000, PROTECTED_C),
 )
 
 
@@ -231,6 +237,9 @@ def test_every_redaction_span_overlaps_the_audio_of_a_value(
             continue
         finals = [r for r in outputs[policy] if r["type"] == "final" and r["call_id"] == name]
         redactions = [red for final in finals for red in final.get("redactions", ())]
+        if wanted is not None and not any(v.entity in wanted for v, _, _ in call.spans_ms):
+            assert redactions == [], name  # SSN and phone are not the pci policy's
+            continue
         assert redactions, name
         for redaction in redactions:
             overlapping = [
