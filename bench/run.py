@@ -107,6 +107,7 @@ BENCHMARKS = (
     ),
     Benchmark("hotwords", "hotword biasing: recall, false insertions, cost", needs_redis=True),
     Benchmark("hotword_catalog", "hotword lists at scale: what a list change costs a worker"),
+    Benchmark("redaction", "redaction: recall and precision per entity type, added cost per final"),
     Benchmark("denoise", "RNNoise before the engine: WER with and without, cost", in_quick=False),
     Benchmark(
         "peer_sweep",

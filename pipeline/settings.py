@@ -35,6 +35,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from pipeline.contracts.audio_chunk import DEFAULT_MAX_PAYLOAD_BYTES
 from pipeline.errors import ConfigError
+from pipeline.redaction.policy import POLICY_PATTERN
 from pipeline.worker.faults import FAULTS_PATTERN
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "MonitorSettings",
     "PublisherSettings",
     "QaSettings",
+    "RedactionSettings",
     "RedisSettings",
     "SettingInfo",
     "Settings",
@@ -532,6 +534,41 @@ class HotwordSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RedactionSettings:
+    """Redaction of card numbers and personal data from transcripts (``docs/redaction.md``)."""
+
+    policy: str = setting(
+        "off",
+        "REDACTION_POLICY",
+        "what every tenant's transcripts lose: off, pci (card number, security code, expiry), "
+        "pii (pci + SSN, bank account, routing number, phone, e-mail, date of birth) or entity "
+        "types joined by + (card_number+email)",
+        pattern=POLICY_PATTERN,
+        expects="off, pci, pii or entity types joined by + (docs/redaction.md)",
+    )
+    tenant_policies: str = setting(
+        "",
+        "REDACTION_TENANT_POLICIES",
+        "per-tenant policies `tenant:policy,…`; other tenants use the one above",
+    )
+    hold_ms: int = setting(
+        3000,
+        "REDACTION_HOLD_MS",
+        "a final ending in an unfinished number waits for the channel's next final if that "
+        "starts within this much audio after it; 0 = never held",
+        minimum=0,
+        maximum=10_000,
+    )
+    phone_region: str = setting(
+        "US",
+        "REDACTION_PHONE_REGION",
+        "region (ISO 3166 alpha-2) of phone numbers said without a country code",
+        pattern=r"[A-Z]{2}",
+        expects="two capital letters (US, GB, …)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class MonitorSettings:
     """The web monitor for supervisors and QA analysts (``streamscribe monitor``)."""
 
@@ -720,6 +757,7 @@ class Settings:
     qa: QaSettings = field(default_factory=QaSettings)
     metrics: MetricsSettings = field(default_factory=MetricsSettings)
     hotwords: HotwordSettings = field(default_factory=HotwordSettings)
+    redaction: RedactionSettings = field(default_factory=RedactionSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
     ingress: IngressSettings = field(default_factory=IngressSettings)
 

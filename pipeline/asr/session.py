@@ -377,6 +377,17 @@ class Session:
     def vad_position_samples(self) -> int:
         return self.gate.position_samples
 
+    @property
+    def settled_ms(self) -> int:
+        """Audio ms (from the channel's first sample) before which no final of this session
+        can still start: the earliest of its queued finals, its open utterance and the VAD's
+        settled labels (new speech starts at or after them). The redaction stage's hold
+        (``pipeline.redaction.Redactor.advance``) runs out against it."""
+        starts = [self.gate.settled_samples, *(job.start_samples for job in self.final_jobs)]
+        if self.endpoint.utterance_start_samples is not None:
+            starts.append(self.endpoint.utterance_start_samples)
+        return min(starts) // SAMPLES_PER_MS
+
     def frames_ready(self) -> int:
         """Whole VAD frames buffered but not yet scored."""
         return (self.total_samples - self.gate.position_samples) // self.frame_samples

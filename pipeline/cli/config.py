@@ -33,18 +33,20 @@ def settings_markdown() -> str:
 
 def check_consistency(settings: Settings) -> None:
     """The rules between settings that the commands check as they start (endpoint silence
-    against the speech pad, utterance limits, per-tenant endpoint rules, hotword reconnect
-    delays, the monitor's windows), checked here by the same code so that ``config`` finds
-    them before a worker crash-loops on them. Raises ``ConfigError``."""
+    against the speech pad, utterance limits, per-tenant endpoint rules and redaction policies,
+    hotword reconnect delays, the monitor's windows), checked here by the same code so that
+    ``config`` finds them before a worker crash-loops on them. Raises ``ConfigError``."""
     # The engine's policy lives beside the model loader: torch is imported, no model loaded.
     from pipeline.asr.factory import engine_config
     from pipeline.hotwords.registry import RegistryConfig
     from pipeline.monitor.server import validate_monitor_settings
     from pipeline.qa.app import faust_credentials
+    from pipeline.redaction import RedactorConfig
     from pipeline.runtime.admin import admin_client
 
     admin_client(settings.kafka)  # librdkafka checks the pass-through keys as it is created
     engine_config(settings.asr)
+    RedactorConfig.from_settings(settings.redaction)
     RegistryConfig.from_settings(settings.hotwords)
     validate_monitor_settings(settings.monitor)
     faust_credentials(settings.kafka.client)  # the QA app's reading of the Kafka security

@@ -115,6 +115,7 @@ def _run(args: argparse.Namespace, output: _ResultsFile | None) -> int:
     from pipeline.asr.factory import build_engine
     from pipeline.asr.whisper.tokenizer import WhisperTokenizer
     from pipeline.hotwords.registry import read_catalog
+    from pipeline.redaction import Redactor, RedactorConfig
     from pipeline.replay.kafka import ChunkSource, ShadowSink
     from pipeline.replay.runner import ReplayOptions, ReplayRunner, StreamClock
     from pipeline.worker.admission import AdmissionLimits
@@ -158,7 +159,12 @@ def _run(args: argparse.Namespace, output: _ResultsFile | None) -> int:
             idle_timeout_ms=worker.idle_timeout_ms,
             step_interval_ms=args.step_ms,
         )
-        runner = ReplayRunner(loaded.engine, clock, options)
+        runner = ReplayRunner(
+            loaded.engine,
+            clock,
+            options,
+            Redactor(RedactorConfig.from_settings(settings.redaction)),
+        )
         started = time.monotonic()
         for span in plan:
             runner.start_partition(span.partition)

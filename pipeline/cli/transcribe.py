@@ -5,7 +5,9 @@ Each file is one call (its id: the file name without extension); a stereo file i
 sessions share recognizer batches as a worker's would. ``--realtime`` paces the input like a live
 call and, as the worker takes every record waiting, feeds all the audio spoken during a long step
 before the next one (warning once on stderr when it falls more than ``LAG_WARNING_MS`` behind);
-``--json`` prints one JSON object per line with a ``type`` field.
+``--json`` prints one JSON object per line with a ``type`` field. The tenant's redaction policy
+(``STREAMSCRIBE_REDACTION_POLICY``, docs/redaction.md) applies to everything printed, as it does
+to what a worker publishes.
 """
 
 from __future__ import annotations
@@ -61,8 +63,8 @@ def register(subparsers: Any) -> None:
         parser,
         "--tenant",
         env="STREAMSCRIBE_TENANT",
-        help="tenant whose endpoint rules apply (STREAMSCRIBE_TENANT_ENDPOINTS), as for a call "
-        "published with it",
+        help="tenant whose endpoint rules (STREAMSCRIBE_TENANT_ENDPOINTS) and redaction policy "
+        "(STREAMSCRIBE_REDACTION_TENANT_POLICIES) apply, as for a call published with it",
         metavar="ID",
     )
     parser.set_defaults(handler=_transcribe)
@@ -86,12 +88,15 @@ def _transcribe(args: argparse.Namespace) -> int:
     # torch loads only for commands that need it, so `streamscribe topics …` starts fast.
     from pipeline.asr.factory import build_engine
     from pipeline.asr.session import SessionKey
+    from pipeline.redaction import Redactor, RedactorConfig
+    from pipeline.redaction.outputs import redact_outputs
 
     if args.chunk_ms <= 0:
         raise ConfigError(f"--chunk-ms must be positive, got {args.chunk_ms}")
     settings = settings_from_args(args)
     tenant = not_empty(args.tenant, "--tenant", "STREAMSCRIBE_TENANT") or settings.publisher.tenant
     calls = _load(args.files)
+    redactor = Redactor(RedactorConfig.from_settings(settings.redaction))
     asr = settings.asr
     if args.no_partials:
         asr = dataclasses.replace(asr, partials=False)
@@ -133,11 +138,12 @@ def _transcribe(args: argparse.Namespace) -> int:
                         end_of_stream=last >= len(samples),
                     )
             position_ms = end_ms
-        printer.emit(engine.step().outputs)
+        printer.emit(redact_outputs(redactor, engine.step().outputs, engine.sessions))
         if args.realtime:
             behind.observe(pacer.elapsed_ms() - position_ms)
     while engine.sessions:
-        printer.emit(engine.step().outputs)
+        printer.emit(redact_outputs(redactor, engine.step().outputs, engine.sessions))
+    printer.emit(redactor.flush_all())
     printer.done()
     return 0
 

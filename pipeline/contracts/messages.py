@@ -17,10 +17,12 @@ import orjson
 __all__ = [
     "DeadLetterInfo",
     "EndpointReason",
+    "EntityType",
     "Event",
     "EventType",
     "Final",
     "Partial",
+    "Redaction",
     "Word",
     "to_json",
     "utterance_id",
@@ -40,6 +42,26 @@ class EndpointReason(enum.StrEnum):
     MAX_LENGTH = "max_length"
     END_OF_STREAM = "end_of_stream"
     FORCED = "forced"
+
+
+class EntityType(enum.StrEnum):
+    """Kinds of protected values a final's ``redactions`` name (``pipeline.redaction``); the
+    text and the words carry ``tag`` in place of the value."""
+
+    CARD_NUMBER = "card_number"
+    CVV = "cvv"
+    EXPIRY = "expiry"
+    SSN = "ssn"
+    BANK_ACCOUNT = "bank_account"
+    ROUTING_NUMBER = "routing_number"
+    PHONE = "phone"
+    EMAIL = "email"
+    DATE_OF_BIRTH = "date_of_birth"
+
+    @property
+    def tag(self) -> str:
+        """What replaces the value in the text and the words: ``[CARD_NUMBER]``, …"""
+        return f"[{self.value.upper()}]"
 
 
 class EventType(enum.StrEnum):
@@ -94,6 +116,17 @@ class Word:
 
 
 @dataclass(frozen=True, slots=True)
+class Redaction:
+    """A protected value taken out of a final: what it was and where it was spoken (ms from
+    call start, from the words it replaced), so a recorder can mute the same span. The value
+    itself is never kept anywhere."""
+
+    entity: EntityType
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class Partial:
     """A live, revisable view of an open utterance (may repeat after a failover).
 
@@ -135,6 +168,9 @@ class Final:
     latency_ms: int | None = None
     capture_ms: int | None = None
     tenant: str = "default"
+    redactions: tuple[Redaction, ...] = ()
+    """The values taken out under the tenant's redaction policy, in word order; empty (and
+    left out of the JSON, so a final without any reads as before) when nothing was."""
     schema: str = FINAL_SCHEMA
 
 
@@ -176,8 +212,13 @@ class Event:
 
 
 def to_dict(record: Partial | Final | Event | DeadLetterInfo) -> dict[str, Any]:
-    """The record as plain JSON-ready data (enums as their string values)."""
-    return asdict(record)
+    """The record as plain JSON-ready data (enums as their string values). A final's empty
+    ``redactions`` is left out: ``final/1`` readers that predate the field (and validators
+    with ``additionalProperties: false``) see such a final exactly as before."""
+    data = asdict(record)
+    if isinstance(record, Final) and not record.redactions:
+        del data["redactions"]
+    return data
 
 
 def to_json(record: Partial | Final | Event | DeadLetterInfo) -> bytes:

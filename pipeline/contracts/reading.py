@@ -19,7 +19,15 @@ from typing import Any
 
 import orjson
 
-from pipeline.contracts.messages import FINAL_SCHEMA, EndpointReason, Final, Word, utterance_id
+from pipeline.contracts.messages import (
+    FINAL_SCHEMA,
+    EndpointReason,
+    EntityType,
+    Final,
+    Redaction,
+    Word,
+    utterance_id,
+)
 from pipeline.errors import ContractError
 
 __all__ = [
@@ -154,12 +162,26 @@ def _parse_word(data: Any) -> Word:
     return Word(field(item, "word", str), start_ms, end_ms, probability)
 
 
+def _parse_redaction(data: Any) -> Redaction:
+    item = an_object(data, "a redaction")
+    start_ms = non_negative(item, "start_ms")
+    end_ms = non_negative(item, "end_ms")
+    entity = field(item, "entity", str)
+    if end_ms < start_ms or entity not in _ENTITIES:
+        raise RecordRejectedError(RecordRejectReason.INVALID_FIELD, f"bad redaction {data!r}")
+    return Redaction(EntityType(entity), start_ms, end_ms)
+
+
+_ENTITIES = frozenset(entity.value for entity in EntityType)
+
+
 def parse_final(value: bytes | None) -> Final:
     """A ``final/1`` record value as a ``Final``.
 
     Checks what consumers rely on: types, ``end_ms >= start_ms``, word spans, the endpoint
-    reason, and that ``utterance_id`` is ``{call_id}:{channel}:{utterance_index}`` (duplicates
-    are recognized by it). Unknown extra fields are ignored.
+    reason, the optional ``redactions`` (entity and span), and that ``utterance_id`` is
+    ``{call_id}:{channel}:{utterance_index}`` (duplicates are recognized by it). Unknown extra
+    fields are ignored.
 
     Raises:
         RecordRejectedError: the value is not a usable ``final/1`` record.
@@ -201,4 +223,7 @@ def parse_final(value: bytes | None) -> Final:
         latency_ms=optional(data, "latency_ms", int),
         capture_ms=optional(data, "capture_ms", int),
         tenant=optional(data, "tenant", str) or "default",
+        redactions=tuple(
+            _parse_redaction(item) for item in (optional(data, "redactions", list) or ())
+        ),
     )

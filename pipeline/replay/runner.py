@@ -43,6 +43,8 @@ from typing import Protocol
 from pipeline.asr.engine import EngineOutput, SessionEnded, StepReport, Suppressed
 from pipeline.asr.session import SessionKey
 from pipeline.contracts.messages import Final
+from pipeline.redaction.outputs import SettlingSession, redact_outputs
+from pipeline.redaction.stage import Redactor
 from pipeline.settings import WorkerSettings
 from pipeline.worker.admission import Admission, AdmissionLimits
 from pipeline.worker.intake import (
@@ -78,7 +80,7 @@ class ReplayEngine(ChunkSink, Protocol):
     def model_id(self) -> str: ...
 
     @property
-    def sessions(self) -> Mapping[SessionKey, object]: ...
+    def sessions(self) -> Mapping[SessionKey, SettlingSession]: ...
 
     def step(self, max_jobs: int | None = None) -> StepReport: ...
 
@@ -208,11 +210,17 @@ class ReplayRunner:
     """
 
     def __init__(
-        self, engine: ReplayEngine, clock: StreamClock, options: ReplayOptions | None = None
+        self,
+        engine: ReplayEngine,
+        clock: StreamClock,
+        options: ReplayOptions | None = None,
+        redactor: Redactor | None = None,
     ) -> None:
         self._engine = engine
         self._clock = clock
         self._options = options or ReplayOptions()
+        # The worker's redaction stage (its settings), so that the finals are the published ones.
+        self._redactor = redactor or Redactor()
         self._admission = Admission(self._options.limits)
         self._streams: dict[SessionKey, _Stream] = {}
         self._finals: list[Final] = []
@@ -344,7 +352,9 @@ class ReplayRunner:
         )
 
     def _step(self) -> None:
-        for output in self._engine.step().outputs:
+        for output in redact_outputs(
+            self._redactor, self._engine.step().outputs, self._engine.sessions
+        ):
             self._route(output)
         self._last_step_ms = self._clock.now_ms()
         self._fed_since_step = 0

@@ -41,6 +41,7 @@ from prometheus_client import (
 
 from pipeline.asr.guards import Guard
 from pipeline.contracts import RejectReason
+from pipeline.contracts.messages import EntityType
 from pipeline.hotwords.model import Scope
 from pipeline.settings import MetricsSettings
 
@@ -303,6 +304,27 @@ VAD_CHANGES = MetricSpec(
     "Sessions resumed from checkpoints that another VAD (device, weights or version) wrote: "
     "their replay may segment the audio a little differently.",
 )
+REDACTIONS = MetricSpec(
+    "asr_redactions_total",
+    MetricType.COUNTER,
+    (LabelSpec("entity", enum_values(EntityType)),),
+    "Values redacted from published finals under the tenants' redaction policies, by entity "
+    "type (docs/redaction.md; the value is never a label).",
+)
+REDACTION_HELD_FINALS = MetricSpec(
+    "asr_redaction_held_finals_total",
+    MetricType.COUNTER,
+    (),
+    "Finals held for an unfinished number until the channel's next final or the hold bound "
+    "(STREAMSCRIBE_REDACTION_HOLD_MS, audio time).",
+)
+REDACTION_HOLD_SECONDS = MetricSpec(
+    "asr_redaction_hold_seconds",
+    MetricType.HISTOGRAM,
+    (),
+    "Wall time a held final waited before it was published.",
+    DURATION_BUCKETS_S,
+)
 LATENCY_OBJECTIVE = MetricSpec(
     "asr_latency_objective_seconds",
     MetricType.GAUGE,
@@ -372,6 +394,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
     TRANSACTION_REWINDS,
     RESTORE_DISAGREEMENTS,
     VAD_CHANGES,
+    REDACTIONS,
+    REDACTION_HELD_FINALS,
+    REDACTION_HOLD_SECONDS,
     LATENCY_OBJECTIVE,
     DEPENDENCY_UP,
     MODEL_INFO,
@@ -493,6 +518,9 @@ class WorkerMetrics:
         self._transaction_rewinds = new_counter(TRANSACTION_REWINDS, registry)
         self._restore_disagreements = new_counter(RESTORE_DISAGREEMENTS, registry)
         self._vad_changes = new_counter(VAD_CHANGES, registry)
+        self._redactions = new_counter(REDACTIONS, registry)
+        self._redaction_held = new_counter(REDACTION_HELD_FINALS, registry)
+        self._redaction_hold = new_histogram(REDACTION_HOLD_SECONDS, registry)
         self._latency_objective = new_gauge(LATENCY_OBJECTIVE, registry)
         # Never 0 (the alerts would fire on any latency); the worker command sets its own.
         self.set_latency_objective(MetricsSettings().latency_objective_ms / 1000)
@@ -569,6 +597,18 @@ class WorkerMetrics:
 
     def count_vad_changes(self, sessions: int) -> None:
         self._vad_changes.inc(sessions)
+
+    def count_redactions(self, entities: Iterable[EntityType | str]) -> None:
+        """One redaction per entry (a published final's ``redactions``, by entity type)."""
+        for entity in entities:
+            self._redactions.labels(EntityType(entity).value).inc()
+
+    def count_held_final(self) -> None:
+        self._redaction_held.inc()
+
+    def observe_hold(self, seconds: float) -> None:
+        """Wall time a held final waited before it was published."""
+        self._redaction_hold.observe(seconds)
 
     def set_latency_objective(self, seconds: float) -> None:
         """The P99 objective the latency alerts compare with (``LATENCY_OBJECTIVE``)."""

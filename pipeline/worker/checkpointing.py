@@ -76,7 +76,8 @@ def _stage_sessions(
     An ended session gets a final "ended" checkpoint and is forgotten. Otherwise, when the
     session is quiescent and its last snapshot is older than the checkpoint interval (or a
     final moved), a new snapshot replaces the old one and releases the records it covers;
-    when it is not quiescent, only ``finals_through`` is updated (replay then starts from the
+    when it is not quiescent, or the redaction stage holds a final of it, only
+    ``finals_through`` is updated (replay then starts from the
     older snapshot and skips the utterances already finalized).
     """
     partition = progress.partition
@@ -100,7 +101,10 @@ def _stage_sessions(
             continue
         finals_moved = session.finals_through != session.checkpointed_finals_through
         snapshot = None
-        if finals_moved or now_ms - session.last_snapshot_ms >= interval_ms:
+        # A final the redaction stage holds is not published yet: the snapshot must stay
+        # before its audio, so that a new owner decodes it again (decision 0040).
+        held = bool(streams.redactor.held(key.call_id, key.channel))
+        if not held and (finals_moved or now_ms - session.last_snapshot_ms >= interval_ms):
             snapshot = engine.snapshot(key)
         if snapshot is not None:
             progress.snapshot_taken(key, snapshot)

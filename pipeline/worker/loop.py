@@ -47,6 +47,7 @@ from pipeline.clock import Clock, WallClock
 from pipeline.contracts.messages import EventType
 from pipeline.errors import InfrastructureError
 from pipeline.hotwords.model import Scope
+from pipeline.redaction import Redactor, RedactorConfig
 from pipeline.runtime.kafka import log_client_error, readable_headers
 from pipeline.runtime.metrics import Dependency, DurationKind, EarlyFinalOutcome, WorkerMetrics
 from pipeline.settings import Settings
@@ -143,6 +144,7 @@ class AsrWorker:
             AdmissionLimits.of(worker),
             max_chunk_bytes=worker.max_chunk_bytes,
             max_pending_jobs=worker.max_pending_jobs,
+            redactor=Redactor(RedactorConfig.from_settings(settings.redaction)),
         )
         self._committer = committer = Committer(
             worker,
@@ -295,8 +297,7 @@ class AsrWorker:
                 partials_first=caught_up,
             )
         self._observe_step(report, started)
-        for output in report.outputs:
-            self._router.route(output)
+        self._router.route_step(report.outputs, self._engine.sessions)
         if not reading_backlog:  # a restored session's chunks may still lie ahead in the backlog
             self._close_idle_sessions()
         self._drain_notices()

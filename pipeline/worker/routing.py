@@ -1,5 +1,11 @@
 """The engine's outputs to where they go: a partial out at once, the rest staged for the commit.
 
+First, each step's outputs pass the redaction stage (``route_step``, with
+``pipeline.redaction.redact_outputs``, as ``transcribe`` runs it): finals, partials and
+suppressed hypotheses come out under the tenant's policy; a final that ends in a number that
+may go on is held by the stage (its stream's ``Streams.redactor``) and routed when it comes out,
+with the next one or alone, so its progress moves only then. Events carry no transcript text.
+
 - a ``Partial`` goes through the idempotent partials producer now (it may repeat after a
   failover; under producer back-pressure it is thinned, never waited for);
 - a ``Final`` is staged for the next transaction, and its stream's progress moves;
@@ -11,9 +17,13 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Mapping
+
 from pipeline.asr.engine import EngineOutput, SessionEnded, Suppressed
-from pipeline.asr.session import SessionKey
+from pipeline.asr.session import Session, SessionKey
 from pipeline.contracts.messages import EventType, Final, Partial, to_json
+from pipeline.redaction.outputs import redact_outputs
 from pipeline.runtime.metrics import DurationKind, WorkerMetrics
 from pipeline.worker.clients import WorkerClients
 from pipeline.worker.staging import Staging
@@ -39,6 +49,34 @@ class Router:
         self._streams = streams
         self._staging = staging
         self._metrics = metrics
+        self._held_since: dict[tuple[str, str], float] = {}  # monotonic s, per held stream
+
+    def route_step(
+        self, outputs: Iterable[EngineOutput], sessions: Mapping[SessionKey, Session]
+    ) -> None:
+        """One engine step's ``outputs`` through the redaction stage, then each routed;
+        ``sessions``: the engine's open sessions after the step (their ``settled_ms`` ends a
+        hold)."""
+        redactor = self._streams.redactor
+        before = dict(redactor.holding)
+        for output in redact_outputs(redactor, outputs, sessions):
+            if isinstance(output, Final) and output.redactions:
+                self._metrics.count_redactions(r.entity for r in output.redactions)
+            self.route(output)
+        now_s = time.monotonic()
+        for key, held in redactor.holding.items():
+            earlier = before.get(key, ())
+            if earlier and earlier[0] is held[0]:  # the chain grew
+                newly_held = held[len(earlier) :]
+            else:  # a new hold began in this step
+                self._held_since[key] = now_s
+                newly_held = held
+            for _ in newly_held:
+                self._metrics.count_held_final()
+        for key in before.keys() - redactor.holding.keys():
+            started_s = self._held_since.pop(key, None)
+            if started_s is not None:
+                self._metrics.observe_hold(now_s - started_s)
 
     def route(self, output: EngineOutput) -> None:
         if isinstance(output, Partial):

@@ -1,9 +1,10 @@
 """Each stream's bookkeeping in one place: engine session, admission, partition book, progress.
 
-Pure. A stream is one (call, channel) of an owned partition. Its state lives in four parts that
+Pure. A stream is one (call, channel) of an owned partition. Its state lives in five parts that
 must move together: the engine's session (audio, VAD, hypotheses), the ``Admission`` state
 (sequence numbers, ended), the ``PartitionBook`` (which partition it came from, ended streams
-remembered) and its ``SessionProgress`` (offsets still needed, what its last checkpoint said).
+remembered), its ``SessionProgress`` (offsets still needed, what its last checkpoint said) and
+the finals the ``Redactor`` holds for it (a number that may go on in the next final).
 ``Streams`` changes them together, so that forgetting a partition is one call (``forget``).
 
 It also takes each consumed record (``receive``: the shared intake, ``intake.admit``, then the
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from pipeline.asr.engine import StreamingEngine
 from pipeline.asr.session import SessionKey
 from pipeline.contracts.messages import EventType
+from pipeline.redaction.stage import Redactor
 from pipeline.worker.admission import Admission, AdmissionLimits
 from pipeline.worker.book import PartitionBook
 from pipeline.worker.flow import PartialThinning
@@ -51,8 +53,12 @@ class Streams:
         *,
         max_chunk_bytes: int,
         max_pending_jobs: int,
+        redactor: Redactor | None = None,
     ) -> None:
         self._engine = engine
+        # The redaction stage, with the finals it holds per stream (``pipeline.redaction``):
+        # a held final is stream state like an open utterance, forgotten with its stream.
+        self.redactor = redactor or Redactor()
         self._max_chunk_bytes = max_chunk_bytes
         self.admission = Admission(limits)
         self.book = PartitionBook()
@@ -77,6 +83,7 @@ class Streams:
         for key in forgotten.sessions:
             self._engine.drop(key)
             self.admission.forget(key)
+            self.redactor.drop(key.call_id, key.channel)
         for key in forgotten.ended:
             self.admission.forget(key)
 

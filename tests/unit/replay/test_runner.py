@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pipeline.asr.engine import StepReport
 from pipeline.asr.session import SessionKey
 from pipeline.contracts import RejectReason
-from pipeline.contracts.messages import Final
+from pipeline.contracts.messages import Final, Word
+from pipeline.redaction import Redactor, RedactorConfig, TenantPolicies, parse_policy
 from pipeline.replay.runner import (
     ChunkRecord,
     EndedBy,
@@ -257,3 +259,29 @@ def test_a_call_begun_before_the_range_has_no_missing_chunks_for_it() -> None:
     stream = _stream(result, "c")
     assert stream.first_seq == 40  # type: ignore[attr-defined]
     assert stream.missing_chunks == 2  # type: ignore[attr-defined]  # 50 and 51, not 0 to 39
+
+
+class _CardEngine(FakeEngine):
+    """Its finals read a card number (the words a worker's engine would give)."""
+
+    def step(self, max_jobs: int | None = None) -> StepReport:
+        text = "card 4111 1111 1111 1111"
+        words = tuple(Word(word, 10 * i, 10 * (i + 1), 0.9) for i, word in enumerate(text.split()))
+        return StepReport(
+            tuple(
+                replace(output, text=text, words=words) if isinstance(output, Final) else output
+                for output in super().step(max_jobs).outputs
+            )
+        )
+
+
+def test_a_replay_redacts_its_finals_as_the_worker_publishes_them() -> None:
+    for policy, text in (("pci", "card [CARD_NUMBER]"), ("off", "card 4111 1111 1111 1111")):
+        clock = StreamClock()
+        redactor = Redactor(RedactorConfig(TenantPolicies(parse_policy(policy))))
+        runner = ReplayRunner(_CardEngine(clock), clock, None, redactor)
+        runner.start_partition(0)
+        for record in call_records("c1", 5):
+            runner.feed(record)
+        (final,) = runner.result().finals
+        assert final.text == text
