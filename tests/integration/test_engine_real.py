@@ -16,7 +16,7 @@ import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -165,7 +165,7 @@ class Corpus:
     outputs: list[EngineOutput]
     # Snapshots of the split-pause file's session during the run (see ``stream``).
     pause_snapshots: list[tuple[int, SessionSnapshot]]
-    reports: list[StepReport]
+    reports: list[StepReport] = field(default_factory=list)  # every step's, when kept
 
     def finals(self, call_id: str) -> list[Final]:
         return finals_of(self.outputs, call_id)
