@@ -73,9 +73,9 @@ class Router:
                 newly_held = held
             for _ in newly_held:
                 self._metrics.count_held_final()
-        for key in before.keys() - redactor.holding.keys():
-            started_s = self._held_since.pop(key, None)
-            if started_s is not None:
+        for key in self._held_since.keys() - redactor.holding.keys():
+            started_s = self._held_since.pop(key)
+            if key in before:  # released by this step, not dropped by a forget since the last
                 self._metrics.observe_hold(now_s - started_s)
 
     def route(self, output: EngineOutput) -> None:

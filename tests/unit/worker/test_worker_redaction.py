@@ -145,3 +145,14 @@ def test_forgetting_a_partition_forgets_the_finals_held_for_its_streams() -> Non
     assert streams.redactor.final(final("My card number is 4111 1111", channel="mono")) == []
     streams.forget([0])
     assert streams.redactor.held("call-1", "mono") == ()
+
+
+def test_a_hold_dropped_with_its_partition_leaves_no_timer_behind() -> None:
+    asr, _, _ = _worker("pci")
+    asr._router.route_step(
+        [final("My card number is 4111 1111", channel="mono")], asr._engine.sessions
+    )
+    assert asr._streams.redactor.held("call-1", "mono")
+    asr._streams.forget([0])  # revoked between two steps: the held final goes with the stream
+    asr._router.route_step([], asr._engine.sessions)
+    assert asr._router._held_since == {}
